@@ -1,0 +1,216 @@
+"""The mitmproxy addon: options, flow classification and records. Thin by design.
+
+The same addon runs inside `retimer` and in `mitmdump -s addons/retimer.py` or mitmweb. A flow
+is re-timed when its request has the shape of an LLM streaming call (any host) and its response
+is a stream an adapter recognises; other streams are streamed through untouched so live
+features keep working, and everything else is left to mitmproxy.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from mitmproxy import ctx, exceptions, http
+
+from . import bridge
+from .encoding import decoding_adapter
+from .hosts import is_llm_host
+from .pacer import StreamPacer
+from .profile import Profile, ProfileError, load_profile, parse_duration, parse_rate
+from .protocols import find_adapter
+from .protocols.base import RequestShape
+from .records import RecordLog, redact_url
+
+logger = logging.getLogger("retimer")
+
+STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson")
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+def build_profile(name: str, ttft: str, tps: str, jitter: str) -> Profile:
+    """The active profile with command-line overrides; errors name the option at fault."""
+    profile = load_profile(name)
+    try:
+        ttft_s = parse_duration(ttft) if ttft else None
+    except ValueError as e:
+        raise ProfileError(f"--ttft: {e}") from None
+    try:
+        tps_v = parse_rate(tps) if tps else None
+    except ValueError as e:
+        raise ProfileError(f"--tps: {e}") from None
+    jitter_v: float | None = None
+    if jitter != "":
+        try:
+            jitter_v = float(jitter)
+        except ValueError:
+            raise ProfileError(f"--jitter: expected a number >= 0, got {jitter!r}") from None
+        if not jitter_v >= 0:
+            raise ProfileError(f"--jitter: expected a number >= 0, got {jitter!r}")
+    return profile.with_overrides(ttft=ttft_s, tps=tps_v, jitter=jitter_v)
+
+
+def is_stream_response(response: http.Response) -> bool:
+    ctype = response.headers.get("content-type", "").lower()
+    return any(t in ctype for t in STREAM_TYPES)
+
+
+class Retimer:
+    """Re-times LLM streams with the configured profile."""
+
+    def __init__(self) -> None:
+        self.profile: Profile | None = None
+        self.seed: int = 0
+        self.streams = 0
+        self.log: RecordLog | None = None
+        self.listeners: list[Listener] = []
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "retimer_profile", str, "cerebras",
+            "Target speed profile: a built-in name or alias (see `retimer profiles`) or a YAML path.",
+        )
+        loader.add_option(
+            "retimer_seed", int, -1,
+            "Seed for the timing model so a run can be reproduced; -1 draws one at start-up.",
+        )
+        loader.add_option(
+            "retimer_ttft", str, "", "Override the profile's median time to first token, e.g. 400ms."
+        )
+        loader.add_option(
+            "retimer_tps", str, "", "Override the profile's mean decode rate in tokens per second."
+        )
+        loader.add_option(
+            "retimer_jitter", str, "",
+            "Scale the profile's jitter; 0 turns it off so timing is exact.",
+        )
+        loader.add_option(
+            "retimer_log", str, "", "Append one JSON line per re-timed stream to this file."
+        )
+        bridge.install()
+
+    def configure(self, updated: set[str]) -> None:
+        if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter"}:
+            opts = ctx.options
+            try:
+                self.profile = build_profile(
+                    opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter
+                )
+            except ProfileError as e:
+                raise exceptions.OptionsError(str(e)) from None
+        if "retimer_seed" in updated:
+            seed = ctx.options.retimer_seed
+            self.seed = seed if seed >= 0 else secrets.randbelow(2**31)
+        if "retimer_log" in updated:
+            if self.log:
+                self.log.close()
+                self.log = None
+            if ctx.options.retimer_log:
+                try:
+                    self.log = RecordLog(ctx.options.retimer_log)
+                except OSError as e:
+                    raise exceptions.OptionsError(
+                        f"--log: cannot open {ctx.options.retimer_log}: {e.strerror}"
+                    ) from None
+
+    def done(self) -> None:
+        if self.log:
+            self.log.close()
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        if response is None or flow.websocket is not None or not is_stream_response(response):
+            return
+        response.stream = True  # a stream is never buffered whole, paced or not
+        if self.profile is None:
+            return
+        request = flow.request
+        shape = RequestShape(
+            method=request.method,
+            host=request.pretty_host,
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=request.raw_content or b"",
+        )
+        content_type = response.headers.get("content-type", "")
+        adapter_cls = find_adapter(shape, content_type)
+        if adapter_cls is None:
+            if is_llm_host(request.pretty_host) and response.status_code == 200:
+                logger.warning(
+                    f"retimer: unrecognised stream from {request.pretty_host}{request.path.split('?')[0]}"
+                    f" ({content_type}); passing it through unchanged"
+                )
+            return
+        adapter = decoding_adapter(adapter_cls(), response.headers.get("content-encoding", ""))
+        if adapter is None:
+            logger.warning(
+                f"retimer: unknown content-encoding {response.headers.get('content-encoding')!r} "
+                f"from {request.pretty_host}; passing the stream through unchanged"
+            )
+            return
+        if "content-encoding" in response.headers:
+            del response.headers["content-encoding"]  # the re-timed body is sent decoded
+        if "content-length" in response.headers:
+            # split events change the body's length: frame it by chunks (HTTP/1) or frames (h2)
+            del response.headers["content-length"]
+            if response.http_version.startswith("HTTP/1"):
+                response.headers["transfer-encoding"] = "chunked"
+        index = self.streams
+        self.streams += 1
+        rng = np.random.default_rng([self.seed, index])
+        timing = self.profile.stream_timing(rng)
+        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        pacer = StreamPacer(adapter, timing, start, passthrough=self.profile.passthrough)
+        flow.metadata["retimer"] = {"index": index, "protocol": adapter_cls.name}
+        bridge.pace(flow, pacer, self._finished)
+        self._notify(self._record(flow, pacer, None, "streaming"))
+
+    def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
+        record = self._record(flow, pacer, end, outcome)
+        if self.log:
+            self.log.write(record)
+        self._notify(record)
+
+    def _notify(self, record: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(record)
+
+    def _record(
+        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str
+    ) -> dict[str, Any]:
+        assert self.profile is not None
+        meta = flow.metadata.get("retimer", {})
+        timing = pacer.stats.record(end if end is not None else time.monotonic())
+        emitted_ms = timing["emitted"]["duration_ms"] or 0.0
+        wait_ms = pacer.scheduler.bound_s * 1000
+        return {
+            "id": flow.id,
+            "time": datetime.fromtimestamp(flow.request.timestamp_start, UTC).isoformat(),
+            "url": redact_url(flow.request.pretty_url),
+            "protocol": meta.get("protocol"),
+            "profile": self.profile.name,
+            "seed": self.seed,
+            "stream": meta.get("index"),
+            "status": flow.response.status_code if flow.response else None,
+            "outcome": outcome,
+            "target": {
+                "ttft_ms": round(pacer.timing.ttft * 1000, 3),
+                "tps": None if self.profile.passthrough else self.profile.tps,
+            },
+            **timing,
+            "upstream_bound": (not self.profile.passthrough)
+            and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
+            "upstream_wait_ms": round(wait_ms, 3),
+        }
+
+
+def addons_for(listeners: Sequence[Listener] = ()) -> list[Retimer]:
+    addon = Retimer()
+    addon.listeners.extend(listeners)
+    return [addon]

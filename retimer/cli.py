@@ -1,0 +1,192 @@
+"""`retimer`: run the re-timing proxy, or list profiles. Bad input gets one line, never a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import __version__
+
+DEFAULT_CONFDIR = "~/.retimer"
+
+
+class UsageError(Exception):
+    """A bad option value; printed as one line."""
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    print(f"retimer: error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # argparse prints usage + message; keep it one line
+        fail(f"{message} (see retimer --help)")
+
+
+def _proxy_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="retimer",
+        description="Re-time real LLM streams to a target speed profile. "
+        "Subcommands: `retimer profiles` lists the built-in profiles.",
+    )
+    p.add_argument("--version", action="version", version=f"retimer {__version__}")
+    p.add_argument("--profile", "-p", default="cerebras",
+                   help="built-in profile name or alias, or a YAML file (default: cerebras)")
+    p.add_argument("--listen-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--listen-port", type=int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--seed", type=int, default=None, help="seed for the timing model (reproducible runs)")
+    p.add_argument("--log", metavar="FILE", default="", help="append one JSON line per re-timed stream")
+    p.add_argument("--ttft", metavar="DURATION", default="",
+                   help="override the median time to first token, e.g. 400ms or 2s")
+    p.add_argument("--tps", metavar="RATE", default="", help="override the mean decode rate (tokens/s)")
+    p.add_argument("--jitter", metavar="X", default="",
+                   help="scale the profile's jitter; 0 turns it off (exact timing)")
+    p.add_argument("--intercept", metavar="REGEX", action="append", default=[],
+                   help="also intercept TLS for hosts matching REGEX (host:port), repeatable")
+    p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
+                   help="set a mitmproxy option, e.g. --set ssl_insecure=true (repeatable)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no live view or per-stream lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "profiles":
+        from .profiles_cmd import print_profiles
+
+        print_profiles(argv[1:])
+        return
+    args = _proxy_parser().parse_args(argv)
+    try:
+        asyncio.run(_run_proxy(args))
+    except KeyboardInterrupt:
+        pass
+
+
+def _validate(args: argparse.Namespace) -> None:
+    from .addon import build_profile
+    from .profile import ProfileError
+
+    try:
+        build_profile(args.profile, args.ttft, args.tps, args.jitter)
+    except ProfileError as e:
+        fail(str(e))
+    if not 0 <= args.listen_port <= 65535:
+        fail(f"--listen-port: {args.listen_port} is not a port number")
+    if args.seed is not None and args.seed < 0:
+        fail(f"--seed: expected a number >= 0, got {args.seed}")
+    import re
+
+    for rx in args.intercept:
+        try:
+            re.compile(rx)
+        except re.error as e:
+            fail(f"--intercept: {rx!r} is not a regular expression ({e})")
+    for item in args.sets:
+        if "=" not in item:
+            fail(f"--set: expected KEY=VALUE, got {item!r}")
+
+
+async def _run_proxy(args: argparse.Namespace) -> None:
+    _validate(args)
+    from mitmproxy import exceptions, master, options
+    from mitmproxy.addons import default_addons, errorcheck, termlog
+
+    from .addon import Retimer
+    from .bridge import InternalsMissing
+    from .hosts import allow_hosts
+    from .liveview import LiveView
+
+    opts = options.Options()
+    m = master.Master(opts)
+    m.addons.add(termlog.TermLog(out=_StderrProxy()))
+    m.addons.add(*default_addons())
+    m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
+    view = LiveView()
+    addon = Retimer()
+    if not args.quiet:
+        addon.listeners.append(view)
+    try:
+        m.addons.add(addon)
+    except InternalsMissing as e:
+        fail(str(e), 1)
+    updates: dict[str, Any] = {
+        "listen_host": args.listen_host,
+        "listen_port": args.listen_port,
+        "confdir": DEFAULT_CONFDIR,
+        "allow_hosts": allow_hosts(args.intercept),
+        "termlog_verbosity": "warn",
+        "connection_strategy": "lazy",
+        "retimer_profile": args.profile,
+        "retimer_ttft": args.ttft,
+        "retimer_tps": args.tps,
+        "retimer_jitter": args.jitter,
+        "retimer_seed": -1 if args.seed is None else args.seed,
+        "retimer_log": args.log,
+    }
+    try:
+        opts.update(**updates)
+        opts.set(*args.sets)
+    except exceptions.OptionsError as e:
+        fail(str(e).splitlines()[0] if str(e) else "invalid option")
+    _print_banner(args, opts, addon)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, m.shutdown)
+        except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
+            pass
+    view.start()
+    try:
+        await m.run()
+    finally:
+        view.stop()
+
+
+class _StderrProxy:
+    """Writes to whatever sys.stderr is now (the live view redirects it above the table)."""
+
+    def write(self, s: str) -> int:
+        return sys.stderr.write(s)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
+def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
+    from rich.console import Console
+
+    profile = addon.profile
+    from .certs import CA_FILE, write_bundle
+
+    confdir = Path(os.path.expanduser(opts.confdir))
+    ca = confdir / CA_FILE
+    bundle = write_bundle(confdir)
+    proxy = f"http://{args.listen_host}:{args.listen_port}"
+    rate = "as upstream" if profile.passthrough else f"{profile.tps:g} tok/s"
+    ttft = "as upstream" if profile.passthrough else f"{profile.ttft.p50 * 1000:.0f} ms median"
+    console = Console(file=sys.stdout, highlight=False)
+    console.print(f"[bold]retimer[/bold] listening on {proxy}")
+    console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+    console.print(f"  CA cert  {ca}")
+    console.print(f"  bundle   {bundle} (system roots + the CA, for SDKs and CLIs)")
+    console.print(f"  curl     curl --proxy {proxy} --cacert {bundle} -N https://api.openai.com/...")
+    console.print(f"  Python   HTTPS_PROXY={proxy} SSL_CERT_FILE={bundle} python app.py")
+    console.print(f"  Node     HTTPS_PROXY={proxy} NODE_USE_ENV_PROXY=1 NODE_EXTRA_CA_CERTS={ca} node app.js")
+    console.print(f"  browser  proxy {args.listen_host}:{args.listen_port} for HTTP and HTTPS; trust {ca}")
+    console.print("  only LLM hosts are intercepted; everything else is tunnelled untouched. Ctrl-C stops.")
+    if args.log:
+        console.print(f"  records  {Path(args.log).expanduser()}")
+
+
+logging.getLogger("retimer").setLevel(logging.INFO)

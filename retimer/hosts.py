@@ -1,0 +1,77 @@
+"""Which hosts get TLS interception: the LLM services, and nothing else by default.
+
+Everything not listed is tunnelled untouched (mitmproxy `allow_hosts`), so banking sites and
+certificate-pinned apps keep working and nothing else is slowed. Plain-HTTP requests are seen
+whatever their host, which is how self-hosted OpenAI-compatible servers get re-timed.
+"""
+
+from __future__ import annotations
+
+import re
+
+LLM_HOSTS: tuple[str, ...] = (
+    # first-party APIs
+    "api.openai.com",
+    "api.anthropic.com",
+    "generativelanguage.googleapis.com",
+    "aiplatform.googleapis.com",  # Vertex AI, with regional prefixes
+    "openai.azure.com",  # Azure OpenAI resources: <name>.openai.azure.com
+    "services.ai.azure.com",
+    "bedrock-runtime.amazonaws.com",  # with regional prefixes
+    # OpenAI-compatible providers
+    "openrouter.ai",
+    "api.groq.com",
+    "api.cerebras.ai",
+    "api.sambanova.ai",
+    "api.together.xyz",
+    "api.together.ai",
+    "api.fireworks.ai",
+    "api.deepseek.com",
+    "api.mistral.ai",
+    "api.x.ai",
+    "api.perplexity.ai",
+    "api.moonshot.ai",
+    "api.z.ai",
+    "api.cohere.com",
+    "api.cohere.ai",
+    "router.huggingface.co",
+    "api-inference.huggingface.co",
+    "api.hyperbolic.xyz",
+    "api.deepinfra.com",
+    "api.novita.ai",
+    "dashscope.aliyuncs.com",
+    "dashscope-intl.aliyuncs.com",
+    # chat web apps
+    "chatgpt.com",
+    "chat.openai.com",
+    "claude.ai",
+    "gemini.google.com",
+    "chat.deepseek.com",
+    "chat.mistral.ai",
+    "chat.z.ai",
+    "grok.com",
+    "copilot.microsoft.com",
+    # IDE and CLI agents
+    "api.githubcopilot.com",
+    "api.individual.githubcopilot.com",
+    "api.business.githubcopilot.com",
+    "api2.cursor.sh",
+    "api.cursor.sh",
+    "api.codeium.com",
+    "server.codeium.com",
+)
+
+
+def host_pattern(host: str) -> str:
+    """A regex for `allow_hosts` matching the host and its subdomains, on any port."""
+    return rf"^(?:[^:]+\.)?{re.escape(host)}:\d+$"
+
+
+def allow_hosts(extra: list[str]) -> list[str]:
+    """mitmproxy `allow_hosts` value: the default LLM hosts plus user regexes, as given."""
+    return [host_pattern(h) for h in LLM_HOSTS] + list(extra)
+
+
+def is_llm_host(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == h or host.endswith("." + h) for h in LLM_HOSTS)

@@ -1,0 +1,80 @@
+"""What the person running retimer sees: a live table on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+MAX_ROWS = 12
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def plain_line(r: dict[str, Any]) -> str:
+    """One line per finished stream, for logs and pipes."""
+    em, up, tg = r["emitted"], r["upstream"], r["target"]
+    bound = " upstream-bound" if r.get("upstream_bound") else ""
+    return (
+        f"{r['outcome']:<8} {r['protocol']:<18} {r['profile']} "
+        f"ttft {_fmt(em['ttft_ms'])}ms (target {_fmt(tg['ttft_ms'])}, upstream {_fmt(up['ttft_ms'])}) "
+        f"rate {_fmt(em['tps'], 1)} tok/s (target {_fmt(tg['tps'], 1)}, upstream {_fmt(up['tps'], 1)}) "
+        f"tokens {em['tokens']}{bound} {r['url']}"
+    )
+
+
+class LiveView:
+    """Receives records from the addon; shows active and recent streams."""
+
+    def __init__(self, out: TextIO | None = None, interactive: bool | None = None) -> None:
+        self.out = out or sys.stdout
+        self.interactive = self.out.isatty() if interactive is None else interactive
+        self.rows: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.console = Console(file=self.out)
+        self.live: Live | None = None
+
+    def start(self) -> None:
+        if self.interactive:
+            self.live = Live(
+                get_renderable=self.table,
+                console=self.console,
+                refresh_per_second=4,
+                redirect_stderr=True,
+                redirect_stdout=True,
+            )
+            self.live.start()
+
+    def stop(self) -> None:
+        if self.live:
+            self.live.stop()
+            self.live = None
+
+    def __call__(self, record: dict[str, Any]) -> None:
+        self.rows[record["id"]] = record
+        self.rows.move_to_end(record["id"])
+        while len(self.rows) > MAX_ROWS:
+            self.rows.popitem(last=False)
+        if not self.interactive and record["outcome"] != "streaming":
+            print(plain_line(record), file=self.out, flush=True)
+
+    def table(self) -> Table:
+        table = Table(title="retimer: streams", expand=True, title_justify="left")
+        for col in ("state", "format", "profile", "TTFT ms", "target", "tok/s", "target ",
+                    "tokens", "url"):
+            table.add_column(col, no_wrap=col != "url", overflow="ellipsis")
+        for r in reversed(self.rows.values()):
+            em, tg = r["emitted"], r["target"]
+            state = r["outcome"] + (" (upstream-bound)" if r.get("upstream_bound") else "")
+            table.add_row(
+                state, r["protocol"], r["profile"], _fmt(em["ttft_ms"]), _fmt(tg["ttft_ms"]),
+                _fmt(em["tps"], 1), _fmt(tg["tps"], 1), str(em["tokens"]), r["url"],
+            )
+        return table

@@ -1,0 +1,170 @@
+"""One re-timed stream, sans-io: upstream bytes and arrival times in, timed output bytes out.
+
+The pacer parses with a protocol adapter, cuts token text into BPE-like pieces, groups
+consecutive tokens into network events of the profile's size (splitting upstream events where
+a group ends inside one), and gives each group the due time of its last token. Groups and
+non-token events stay in upstream order; the caller pops what is due and reports when it went.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from .metrics import StreamStats
+from .protocols.base import Adapter, Channel, Event
+from .scheduler import PassthroughScheduler, Scheduler, StreamTiming
+from .tokenizer import split_tokens
+
+
+@dataclass(slots=True)
+class Emission:
+    """Bytes that leave together at `due` (monotonic seconds)."""
+
+    due: float
+    data: bytes
+    tokens: int
+    channel: Channel | None
+
+
+class StreamPacer:
+    """Re-times one stream. Feed it bytes; pop what is due; it never emits before arrival."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        timing: StreamTiming,
+        start: float,
+        *,
+        passthrough: bool = False,
+    ) -> None:
+        self.adapter = adapter
+        self.timing = timing
+        self.passthrough = passthrough
+        self.scheduler: Scheduler = (
+            PassthroughScheduler(timing, start) if passthrough else Scheduler(timing, start)
+        )
+        self.stats = StreamStats(start=start, target_ttft=timing.ttft)
+        self._queue: deque[Emission] = deque()
+        self._last_due = start
+        self._finished = False
+        # the open network event: tokens gathered until the profile's chunk size is reached
+        self._open: list[bytes] = []
+        self._open_tokens = 0
+        self._open_due = 0.0
+        self._open_channel: Channel | None = None
+        self._chunk_left = 1 if passthrough else timing.chunk_size()
+
+    # -- input ---------------------------------------------------------------------------
+    def feed(self, data: bytes, now: float) -> None:
+        """Upstream bytes arrived at `now`."""
+        self.stats.upstream_bytes(now)
+        for event in self.adapter.feed(data):
+            self._event(event, now)
+
+    def finish(self, now: float) -> None:
+        """The upstream ended cleanly at `now`: whatever is left goes out."""
+        if self._finished:
+            return
+        self._finished = True
+        for event in self.adapter.end():
+            self._event(event, now)
+        self._close_open()
+
+    # -- output --------------------------------------------------------------------------
+    def next_due(self) -> float | None:
+        return self._queue[0].due if self._queue else None
+
+    def pop_due(self, until: float) -> list[Emission]:
+        """Every emission due at or before `until`, in order."""
+        out: list[Emission] = []
+        queue = self._queue
+        while queue and queue[0].due <= until:
+            out.append(queue.popleft())
+        return out
+
+    def pop_all(self) -> list[Emission]:
+        out = list(self._queue)
+        self._queue.clear()
+        return out
+
+    def sent(self, emissions: list[Emission], now: float) -> None:
+        """The caller wrote `emissions` to the client at `now`."""
+        for e in emissions:
+            if e.tokens:
+                self.stats.emitted(now, e.tokens, e.channel, e.due)
+
+    @property
+    def done(self) -> bool:
+        """The upstream has ended and nothing is left to send."""
+        return self._finished and not self._queue
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    # -- internals -----------------------------------------------------------------------
+    def _event(self, event: Event, now: float) -> None:
+        if not event.texts or not event.text:
+            self._close_open()
+            self._push(Emission(max(now, self._last_due), event.raw, 0, None))
+            return
+        channel = event.texts[0][0]
+        tokens = split_tokens(event.text)
+        self.stats.upstream_tokens(now, len(tokens), channel)
+        if self.passthrough or not event.splittable:
+            self._close_open()
+            due = self.scheduler.token(now, max(1, len(tokens)))
+            self._push(Emission(due, event.raw, len(tokens), channel))
+            self._new_chunk()
+            return
+        pieces: list[str] = []
+        piece_tokens: list[int] = []
+        closes: list[bool] = []
+        dues: list[float] = []
+        cur: list[str] = []
+        for tok in tokens:
+            due = self.scheduler.token(now)
+            cur.append(tok)
+            self._chunk_left -= 1
+            if self._chunk_left <= 0:
+                pieces.append("".join(cur))
+                piece_tokens.append(len(cur))
+                closes.append(True)
+                dues.append(due)
+                cur = []
+                self._new_chunk()  # drawn now: the next token may belong to this event
+        if cur:
+            pieces.append("".join(cur))
+            piece_tokens.append(len(cur))
+            closes.append(False)
+            dues.append(self.scheduler.last_due or now)
+        datas = [event.raw] if len(pieces) == 1 else self.adapter.split(event, pieces)
+        for data, n, close, due in zip(datas, piece_tokens, closes, dues, strict=True):
+            self._open.append(data)
+            self._open_tokens += n
+            self._open_due = due
+            self._open_channel = channel
+            if close:
+                self._close_open(partial=False)
+
+    def _new_chunk(self) -> None:
+        self.scheduler.end_first_chunk()
+        self._chunk_left = 1 if self.passthrough else self.timing.chunk_size()
+
+    def _close_open(self, partial: bool = True) -> None:
+        if not self._open:
+            return
+        data = self._open[0] if len(self._open) == 1 else b"".join(self._open)
+        self._push(Emission(self._open_due, data, self._open_tokens, self._open_channel))
+        self._open = []
+        self._open_tokens = 0
+        if partial:
+            # a chunk cut short by a non-token event or the end: the next one starts afresh
+            self._new_chunk()
+
+    def _push(self, emission: Emission) -> None:
+        if emission.due < self._last_due:
+            emission.due = self._last_due  # keep upstream order
+        self._last_due = emission.due
+        self._queue.append(emission)

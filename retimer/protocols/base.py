@@ -1,0 +1,86 @@
+"""The contract every wire-format adapter fulfils.
+
+An adapter is a sans-io state machine in the style of h11: feed it upstream bytes, get back
+complete events; ask it to split a token-bearing event into several valid events carrying
+consecutive slices of its text. It never does I/O and never looks at a clock.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class Channel(StrEnum):
+    """What kind of tokens an event carries; records count them apart."""
+
+    TEXT = "text"
+    REASONING = "reasoning"
+    TOOL_ARGS = "tool_args"
+
+
+@dataclass(slots=True)
+class Event:
+    """One complete wire event as it arrived.
+
+    `raw` is the exact upstream bytes, framing included, so an event that is not split goes
+    out byte-identical. `texts` lists every token-bearing string the event carries, in order,
+    with its channel. Only an event with exactly one non-empty entry can be split, and only
+    when the adapter has not marked it `atomic` (its text is counted, but the adapter cannot
+    re-serialise it in pieces safely, e.g. Mistral's list-typed content).
+    """
+
+    raw: bytes
+    texts: tuple[tuple[Channel, str], ...] = ()
+    payload: Any = field(default=None, repr=False)  # adapter-private parsed form, for split()
+    atomic: bool = False
+
+    @property
+    def splittable(self) -> bool:
+        return not self.atomic and len(self.texts) == 1 and self.texts[0][1] != ""
+
+    @property
+    def text(self) -> str:
+        return "".join(t for _, t in self.texts)
+
+
+@dataclass(slots=True, frozen=True)
+class RequestShape:
+    """What an adapter may look at to decide whether it handles a flow (no mitmproxy types)."""
+
+    method: str
+    host: str
+    path: str  # path with query string
+    headers: Mapping[str, str]  # lower-cased names
+    body: bytes
+
+
+class Adapter(ABC):
+    """Base class of a protocol adapter; one instance per stream."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def accepts(cls, request: RequestShape, content_type: str) -> bool:
+        """True when the request has this API's shape and the response is its stream type."""
+
+    @abstractmethod
+    def feed(self, data: bytes) -> list[Event]:
+        """Parse more upstream bytes; return the events completed by them, in order."""
+
+    @abstractmethod
+    def end(self) -> list[Event]:
+        """The upstream ended: return what is left (a trailing partial event goes out verbatim)."""
+
+    @abstractmethod
+    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        """Serialise `event` as len(pieces) valid events whose texts are `pieces`, in order.
+
+        Precondition: event.splittable and "".join(pieces) == event.text. Fields that must
+        appear once (ids and names on the first, finish reasons and usage on the last) are
+        placed where the format expects them.
+        """

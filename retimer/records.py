@@ -1,0 +1,48 @@
+"""Log records: one JSON line per re-timed stream, with no secret ever written.
+
+Only the URL (with secret-looking query values redacted), the protocol and timing figures go
+into a record: never request headers, cookies, bodies or authorization values.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+_SECRET_PARAM = re.compile(r"key|token|auth|secret|sig|password|session|cred", re.IGNORECASE)
+
+
+def redact_url(url: str) -> str:
+    """The URL with secret-looking query values (e.g. Gemini's `key=`) replaced."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    query = [
+        (k, "REDACTED" if _SECRET_PARAM.search(k) else v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit(parts._replace(query=urlencode(query), netloc=parts.netloc.rsplit("@", 1)[-1]))
+
+
+class RecordLog:
+    """Appends records to a JSONL file; safe to call from the proxy's event loop."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._file: TextIO = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        with self._lock:
+            self._file.write(line + "\n")
+            self._file.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()

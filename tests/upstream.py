@@ -1,0 +1,454 @@
+"""A fake LLM upstream for tests: replays recorded stream bodies over HTTP/1.1 (h11), optionally TLS.
+
+Routes (query strings ignored for routing):
+  POST .../chat/completions  -> OpenAI Chat SSE stream (server's `openai_body`)
+  POST .../v1/messages       -> Anthropic Messages SSE stream (server's `anthropic_body`)
+  any  /slow?ms=N            -> sleeps N ms, then the JSON answer below
+  anything else              -> 200 {"ok": true, "method": ..., "path": <raw target>}
+A request header `x-fake-fixture: <path under tests/fixtures/streams>` streams that file instead,
+on any route. The delivery plan can be overridden per request with `x-fake-bursts`,
+`x-fake-burst-gap`, `x-fake-event-gap`, `x-fake-gzip` (0/1) and `x-fake-close` (0/1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import ipaddress
+import itertools
+import json
+import re
+import shutil
+import ssl
+import tempfile
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+FIXTURES = Path(__file__).parent / "fixtures" / "streams"
+DEFAULT_OPENAI_FIXTURE = "openai-chat/gpt4o-text-include-usage.sse"
+DEFAULT_ANTHROPIC_FIXTURE = "anthropic/llm-anthropic-sonnet45-text-padded.sse"
+CERT_NAMES = ("localhost", "127.0.0.1", "llm.test")
+_CONTENT_TYPES = {".ndjson": "application/x-ndjson", ".json-stream": "application/json",
+                  ".bin": "application/vnd.amazon.eventstream", ".txt": "text/plain"}
+_EOL = r"(?:\r\n|\n|\r(?!\n))"
+_EVENT_END = re.compile(_EOL + _EOL)
+
+
+def load_fixture(rel: str) -> bytes:
+    """Read a stream fixture by path relative to tests/fixtures/streams (no escaping it)."""
+    path = (FIXTURES / rel).resolve()
+    if not path.is_relative_to(FIXTURES.resolve()) or not path.is_file():
+        raise FileNotFoundError(rel)
+    return path.read_bytes()
+
+
+def split_events(body: bytes) -> list[bytes]:
+    """Split an SSE body after each blank line; separators stay with their event, tail kept."""
+    out, start = [], 0
+    for m in _EVENT_END.finditer(body.decode("latin-1")):
+        out.append(body[start:m.end()])
+        start = m.end()
+    if start < len(body):
+        out.append(body[start:])
+    return out
+
+
+def split_bursts(body: bytes, k: int) -> list[bytes]:
+    """Split into k roughly equal pieces at arbitrary byte positions (fewer if body is tiny)."""
+    k = max(1, min(k, len(body)))
+    bounds = [round(i * len(body) / k) for i in range(k + 1)]
+    return [body[a:b] for a, b in itertools.pairwise(bounds) if b > a] or [body]
+
+
+def _words(text: str, per_chunk: int) -> list[str]:
+    """Chunks of `per_chunk` words (leading whitespace attached) that concatenate back to text."""
+    toks = re.findall(r"\s*\S+", text)
+    tail = text[len("".join(toks)):]
+    if tail:
+        toks = toks[:-1] + [toks[-1] + tail] if toks else [tail]
+    return ["".join(toks[i:i + per_chunk]) for i in range(0, len(toks), per_chunk)]
+
+
+def _j(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def make_openai_stream(text: str, model: str = "gpt-test", words_per_chunk: int = 3) -> bytes:
+    """A complete OpenAI Chat stream (role, content chunks, finish, usage, [DONE]) for `text`."""
+    head = {"id": "chatcmpl-fake0000000000000000000000", "object": "chat.completion.chunk",
+            "created": 1727346168, "model": model, "system_fingerprint": "fp_fake"}
+
+    def chunk(delta: dict, finish: str | None = None) -> dict:
+        return {**head, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                     "finish_reason": finish}]}
+
+    parts = _words(text, words_per_chunk)
+    n_tok = len(re.findall(r"\S+", text))
+    events = [chunk({"role": "assistant", "content": "", "refusal": None})]
+    events += [chunk({"content": p}) for p in parts]
+    events.append(chunk({}, "stop"))
+    events.append({**head, "choices": [], "usage": {
+        "prompt_tokens": 14, "completion_tokens": n_tok, "total_tokens": 14 + n_tok,
+        "completion_tokens_details": {"reasoning_tokens": 0}}})
+    return ("".join(f"data: {_j(e)}\n\n" for e in events) + "data: [DONE]\n\n").encode()
+
+
+def make_anthropic_stream(text: str, model: str = "claude-test", words_per_chunk: int = 3) -> bytes:
+    """A complete Anthropic Messages stream (message_start ... message_stop) for `text`."""
+    n_tok = len(re.findall(r"\S+", text))
+    usage = {"input_tokens": 17, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+    events: list[tuple[str, str]] = [
+        ("message_start", _j({"type": "message_start", "message": {
+            "model": model, "id": "msg_fake000000000000000000", "type": "message",
+            "role": "assistant", "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 1, "service_tier": "standard"}}})),
+        ("content_block_start", _j({"type": "content_block_start", "index": 0,
+                                    "content_block": {"type": "text", "text": ""}})),
+        ("ping", '{"type": "ping"}'),
+    ]
+    events += [("content_block_delta", _j({"type": "content_block_delta", "index": 0,
+                                           "delta": {"type": "text_delta", "text": p}}))
+               for p in _words(text, words_per_chunk)]
+    events += [
+        ("content_block_stop", _j({"type": "content_block_stop", "index": 0})),
+        ("message_delta", _j({"type": "message_delta",
+                              "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                              "usage": {**usage, "output_tokens": n_tok}})),
+        ("message_stop", _j({"type": "message_stop"})),
+    ]
+    return "".join(f"event: {n}\ndata: {d}\n\n" for n, d in events).encode()
+
+
+def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
+    """Create a CA and a leaf cert for CERT_NAMES; return (ca.pem, cert.pem, key.pem)."""
+    now = dt.datetime.now(dt.UTC)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "retimer fake upstream CA")])
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                         critical=True)
+          .add_extension(ca_ski, critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    sans = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit() else x509.DNSName(n)
+            for n in CERT_NAMES]
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
+                                         False), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
+                           critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One body piece handed to the socket (size before gzip/chunk framing) and when."""
+
+    size: int
+    mono: float
+    wall: float
+
+
+@dataclass(slots=True)
+class Served:
+    """One request the server handled, and how it answered."""
+
+    conn: int  # connection ordinal; equal values mean a reused keep-alive connection
+    method: str
+    target: str  # raw request target, query included
+    path: str  # target without the query
+    headers: dict[str, str]  # lower-cased names; repeated headers joined with ", "
+    body: bytes
+    route: str = ""  # "openai" | "anthropic" | "fixture" | "slow" | "json" | "error"
+    response_body: bytes = b""  # decoded (pre-gzip) body the server meant to send
+    writes: list[Write] = field(default_factory=list)
+    done: bool = False  # set just before the end of the response goes out
+
+
+class FakeLLM:
+    """Local upstream that streams recorded LLM bodies with a configurable delivery plan.
+
+    Plan: `per_event_gap` (seconds between SSE events) wins over `bursts`/`burst_gap` (k equal
+    byte pieces). `first_delay` waits after the response head before the first piece. `close`
+    sends a close-delimited body (`Connection: close`) instead of chunked. Attributes may be
+    changed between requests.
+    """
+
+    def __init__(self, openai_body: bytes | None = None, anthropic_body: bytes | None = None, *,
+                 bursts: int = 1, burst_gap: float = 0.0, per_event_gap: float | None = None,
+                 first_delay: float = 0.0, gzip: bool = False, close: bool = False,
+                 tls: bool = False, port: int = 0) -> None:
+        self.openai_body = openai_body if openai_body is not None else load_fixture(DEFAULT_OPENAI_FIXTURE)
+        self.anthropic_body = (anthropic_body if anthropic_body is not None
+                               else load_fixture(DEFAULT_ANTHROPIC_FIXTURE))
+        self.bursts, self.burst_gap, self.per_event_gap = bursts, burst_gap, per_event_gap
+        self.first_delay, self.gzip, self.close, self.tls = first_delay, gzip, close, tls
+        self.port = port
+        self.ca_path: Path | None = None  # CA that signed the server cert (trust this)
+        self.cert_path: Path | None = None
+        self.key_path: Path | None = None
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._served: list[Served] = []
+        self._conn_ids = itertools.count(1)
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._tmp: Path | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return self.url_for("127.0.0.1")
+
+    def url_for(self, host: str) -> str:
+        """Base URL using another name for this server (e.g. "localhost", "llm.test")."""
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """A client context trusting this server's CA (httpx: `verify=fake.client_ssl_context()`)."""
+        assert self.ca_path, "start a tls=True server first"
+        return ssl.create_default_context(cafile=str(self.ca_path))
+
+    def start(self) -> FakeLLM:
+        ssl_ctx = None
+        if self.tls:
+            self._tmp = Path(tempfile.mkdtemp(prefix="fakellm-"))
+            self.ca_path, self.cert_path, self.key_path = _make_certs(self._tmp)
+            ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ssl_ctx.load_cert_chain(self.cert_path, self.key_path)
+            ssl_ctx.set_alpn_protocols(["http/1.1"])
+        ready, errors = threading.Event(), []
+        self._thread = threading.Thread(target=self._run, args=(ssl_ctx, ready, errors),
+                                        name="fake-llm", daemon=True)
+        self._thread.start()
+        ready.wait(5)
+        if errors or not ready.is_set():
+            self.stop()
+            raise RuntimeError(f"fake LLM failed to start: {errors}")
+        return self
+
+    def stop(self) -> None:
+        if self._loop and self._stop and self._thread and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread:
+            self._thread.join(5)
+        self._thread = None
+        if self._tmp:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    def __enter__(self) -> FakeLLM:
+        return self.start()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- records -----------------------------------------------------------------------------
+    @property
+    def requests(self) -> list[Served]:
+        """Snapshot copies of every request served so far, in arrival order."""
+        with self._lock:
+            return [replace(r, headers=dict(r.headers), writes=list(r.writes)) for r in self._served]
+
+    def wait_done(self, n: int, timeout: float = 5.0) -> list[Served]:
+        """Block until at least n responses are complete; return the snapshot."""
+        with self._done:
+            if not self._done.wait_for(lambda: sum(r.done for r in self._served) >= n, timeout):
+                raise TimeoutError(f"only {sum(r.done for r in self._served)} of {n} done")
+        return self.requests
+
+    def clear(self) -> None:
+        with self._lock:
+            self._served.clear()
+
+    # -- server (runs on the background loop) ------------------------------------------------
+    def _run(self, ssl_ctx: ssl.SSLContext | None, ready: threading.Event, errors: list) -> None:
+        try:
+            asyncio.run(self._main(ssl_ctx, ready))
+        except BaseException as e:  # noqa: BLE001 - surfaced to start()
+            errors.append(e)
+            ready.set()
+
+    async def _main(self, ssl_ctx: ssl.SSLContext | None, ready: threading.Event) -> None:
+        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
+        tasks: set[asyncio.Task] = set()
+
+        async def on_conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task
+            tasks.add(task)
+            try:
+                await self._serve_conn(r, w)
+            except asyncio.CancelledError:  # shutdown; re-raising makes 3.12.1 log noise
+                pass
+            finally:
+                tasks.discard(task)
+
+        server = await asyncio.start_server(on_conn, "127.0.0.1", self.port, ssl=ssl_ctx)
+        self.port = server.sockets[0].getsockname()[1]
+        ready.set()
+        await self._stop.wait()
+        server.close()
+        for t in list(tasks):
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn, conn_id = h11.Connection(h11.SERVER), next(self._conn_ids)
+        try:
+            while True:
+                req, body = None, bytearray()
+                while True:
+                    ev = conn.next_event()
+                    if ev is h11.NEED_DATA:
+                        conn.receive_data(await reader.read(65536))
+                    elif isinstance(ev, h11.Request):
+                        req = ev
+                    elif isinstance(ev, h11.Data):
+                        body += ev.data
+                    elif isinstance(ev, h11.EndOfMessage):
+                        break
+                    else:  # ConnectionClosed
+                        return
+                assert req is not None
+                keep = await self._respond(conn, writer, conn_id, req, bytes(body))
+                if not keep or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
+        except (h11.ProtocolError, ConnectionError, ssl.SSLError):
+            writer.transport.abort()
+        finally:
+            writer.close()
+
+    async def _respond(self, conn: h11.Connection, writer: asyncio.StreamWriter, conn_id: int,
+                       req: h11.Request, body: bytes) -> bool:
+        """Answer one request; return False if the connection must close afterwards."""
+        target = req.target.decode("latin-1")
+        split = urlsplit(target)
+        headers: dict[str, str] = {}
+        for k, v in req.headers:
+            name, val = k.decode("latin-1"), v.decode("latin-1")
+            headers[name] = f"{headers[name]}, {val}" if name in headers else val
+        rec = Served(conn_id, req.method.decode(), target, split.path, headers, body)
+        with self._lock:
+            self._served.append(rec)
+
+        fixture, method = headers.get("x-fake-fixture"), rec.method
+        ctype, stream = "text/event-stream", None
+        if fixture:
+            try:
+                stream, rec.route = load_fixture(fixture), "fixture"
+                ctype = _CONTENT_TYPES.get(Path(fixture).suffix, ctype)
+            except FileNotFoundError:
+                rec.route = "error"
+        elif method == "POST" and split.path.endswith("/chat/completions"):
+            stream, rec.route = self.openai_body, "openai"
+        elif method == "POST" and split.path.endswith("/v1/messages"):
+            stream, rec.route = self.anthropic_body, "anthropic"
+        elif split.path == "/slow":
+            rec.route = "slow"
+            await asyncio.sleep(float(parse_qs(split.query).get("ms", ["0"])[0]) / 1000)
+        else:
+            rec.route = "json"
+
+        if stream is None:
+            status = 404 if rec.route == "error" else 200
+            payload = {"ok": status == 200, "method": method, "path": target}
+            if rec.route == "error":
+                payload["error"] = f"no such fixture: {fixture}"
+            data = json.dumps(payload).encode()
+            rec.response_body = data
+            out = conn.send(h11.Response(status_code=status, headers=[
+                ("content-type", "application/json"), ("content-length", str(len(data)))]))
+            assert out is not None
+            writer.write(out + (conn.send(h11.Data(data=data)) or b""))
+            self._finish(rec)
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+            await writer.drain()
+            return True
+        await self._stream(conn, writer, rec, headers, stream, ctype)
+        return not self._opt(headers, "x-fake-close", self.close)
+
+    @staticmethod
+    def _opt(headers: dict[str, str], name: str, default: bool) -> bool:
+        return headers[name] not in ("0", "false", "") if name in headers else default
+
+    async def _stream(self, conn: h11.Connection, writer: asyncio.StreamWriter, rec: Served,
+                      headers: dict[str, str], body: bytes, ctype: str) -> None:
+        event_gap = (float(headers["x-fake-event-gap"]) if "x-fake-event-gap" in headers
+                     else self.per_event_gap)
+        gap = float(headers.get("x-fake-burst-gap", self.burst_gap))
+        if event_gap is not None:
+            pieces, gap = split_events(body), event_gap
+        else:
+            pieces = split_bursts(body, int(headers.get("x-fake-bursts", self.bursts)))
+        use_gzip = self._opt(headers, "x-fake-gzip", self.gzip)
+        close = self._opt(headers, "x-fake-close", self.close)
+        rec.response_body = body
+        hdrs = [("content-type", ctype), ("cache-control", "no-cache")]
+        if use_gzip:
+            hdrs.append(("content-encoding", "gzip"))
+        if close:
+            hdrs.append(("connection", "close"))
+            head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs) + "\r\n"
+            writer.write(head.encode())
+        else:
+            writer.write(conn.send(h11.Response(status_code=200, headers=hdrs)) or b"")
+        await writer.drain()
+        if self.first_delay:
+            await asyncio.sleep(self.first_delay)
+        gz = zlib.compressobj(wbits=31) if use_gzip else None
+        for i, piece in enumerate(pieces):
+            if i and gap:
+                await asyncio.sleep(gap)
+            data = piece
+            if gz:
+                data = gz.compress(piece) + (gz.flush() if i == len(pieces) - 1
+                                             else gz.flush(zlib.Z_SYNC_FLUSH))
+            writer.write(data if close else (conn.send(h11.Data(data=data)) or b""))
+            await writer.drain()
+            with self._lock:
+                rec.writes.append(Write(len(piece), time.monotonic(), time.time()))
+        self._finish(rec)
+        if not close:
+            writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
+
+    def _finish(self, rec: Served) -> None:
+        with self._done:
+            rec.done = True
+            self._done.notify_all()
