@@ -26,6 +26,7 @@ from .profile import Profile, ProfileError, load_profile, parse_duration, parse_
 from .protocols import find_adapter
 from .protocols.base import RequestShape
 from .records import RecordLog, redact_url
+from .scheduler import NoTiming
 
 logger = logging.getLogger("retimer")
 
@@ -164,7 +165,7 @@ class Retimer:
         index = self.streams
         self.streams += 1
         rng = np.random.default_rng([self.seed, index])
-        timing = self.profile.stream_timing(rng)
+        timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer = StreamPacer(adapter, timing, start, passthrough=self.profile.passthrough)
         flow.metadata["retimer"] = {"index": index, "protocol": adapter_cls.name}
@@ -200,7 +201,7 @@ class Retimer:
             "status": flow.response.status_code if flow.response else None,
             "outcome": outcome,
             "target": {
-                "ttft_ms": round(pacer.timing.ttft * 1000, 3),
+                "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
                 "tps": None if self.profile.passthrough else self.profile.tps,
             },
             **timing,

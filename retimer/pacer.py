@@ -73,17 +73,26 @@ class StreamPacer:
 
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
-        return self._queue[0].due if self._queue else None
+        if self._queue:
+            return self._queue[0].due
+        return self._open_due if self._open else None
 
     def pop_due(self, until: float) -> list[Emission]:
-        """Every emission due at or before `until`, in order."""
+        """Every emission due at or before `until`, in order.
+
+        A network event still waiting for tokens to fill it goes out when its last token is
+        due: chunking groups tokens, it never holds them back.
+        """
         out: list[Emission] = []
         queue = self._queue
+        if not queue and self._open and self._open_due <= until:
+            self._close_open()
         while queue and queue[0].due <= until:
             out.append(queue.popleft())
         return out
 
     def pop_all(self) -> list[Emission]:
+        self._close_open()
         out = list(self._queue)
         self._queue.clear()
         return out

@@ -20,6 +20,18 @@ class StreamTiming(Protocol):
     def chunk_size(self) -> int: ...
 
 
+class NoTiming:
+    """The timing of a passthrough stream: nothing is added."""
+
+    ttft = 0.0
+
+    def gap(self) -> float:
+        return 0.0
+
+    def chunk_size(self) -> int:
+        return 1
+
+
 class Scheduler:
     """Assigns due times to tokens in arrival order and accounts for upstream-bound waits."""
 

@@ -1,4 +1,4 @@
-"""A fake LLM upstream for tests: replays recorded stream bodies over HTTP/1.1 (h11), optionally TLS.
+"""Fake LLM upstream for tests: replays recorded stream bodies over HTTP/1.1 (h11), optionally TLS.
 
 Routes (query strings ignored for routing):
   POST .../chat/completions  -> OpenAI Chat SSE stream (server's `openai_body`)
@@ -41,8 +41,7 @@ DEFAULT_ANTHROPIC_FIXTURE = "anthropic/llm-anthropic-sonnet45-text-padded.sse"
 CERT_NAMES = ("localhost", "127.0.0.1", "llm.test")
 _CONTENT_TYPES = {".ndjson": "application/x-ndjson", ".json-stream": "application/json",
                   ".bin": "application/vnd.amazon.eventstream", ".txt": "text/plain"}
-_EOL = r"(?:\r\n|\n|\r(?!\n))"
-_EVENT_END = re.compile(_EOL + _EOL)
+_EVENT_END = re.compile(r"(?:\r\n|\n|\r(?!\n)){2}")  # a blank line ends an SSE event
 
 
 def load_fixture(rel: str) -> bytes:
@@ -55,20 +54,15 @@ def load_fixture(rel: str) -> bytes:
 
 def split_events(body: bytes) -> list[bytes]:
     """Split an SSE body after each blank line; separators stay with their event, tail kept."""
-    out, start = [], 0
-    for m in _EVENT_END.finditer(body.decode("latin-1")):
-        out.append(body[start:m.end()])
-        start = m.end()
-    if start < len(body):
-        out.append(body[start:])
-    return out
+    ends = [0, *(m.end() for m in _EVENT_END.finditer(body.decode("latin-1"))), len(body)]
+    return [body[a:b] for a, b in itertools.pairwise(ends) if b > a]
 
 
 def split_bursts(body: bytes, k: int) -> list[bytes]:
     """Split into k roughly equal pieces at arbitrary byte positions (fewer if body is tiny)."""
     k = max(1, min(k, len(body)))
     bounds = [round(i * len(body) / k) for i in range(k + 1)]
-    return [body[a:b] for a, b in itertools.pairwise(bounds) if b > a] or [body]
+    return [body[a:b] for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _words(text: str, per_chunk: int) -> list[str]:
@@ -136,30 +130,28 @@ def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
     ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "retimer fake upstream CA")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-                         critical=True)
-          .add_extension(ca_ski, critical=False)
-          .sign(ca_key, hashes.SHA256()))
+
+    def build(subject: x509.Name, pub: ec.EllipticCurvePublicKey, exts: list) -> x509.Certificate:
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(pub)
+             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(1))
+             .not_valid_after(now + dt.timedelta(30))
+             .add_extension(x509.SubjectKeyIdentifier.from_public_key(pub), critical=False))
+        for e, critical in exts:
+            b = b.add_extension(e, critical=critical)
+        return b.sign(ca_key, hashes.SHA256())
+
+    ca = build(ca_name, ca_key.public_key(), [
+        (x509.BasicConstraints(ca=True, path_length=0), True),
+        (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True)])
     sans = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit() else x509.DNSName(n)
             for n in CERT_NAMES]
-    leaf = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
-                                         False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-                           critical=False)
-            .sign(ca_key, hashes.SHA256()))
+    leaf = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
+                 key.public_key(), [
+        (x509.SubjectAlternativeName(sans), False),
+        (x509.BasicConstraints(ca=False, path_length=None), True),
+        (x509.KeyUsage(True, False, False, False, False, False, False, False, False), True),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
+        (x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), False)])
     paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
@@ -207,13 +199,14 @@ class FakeLLM:
                  bursts: int = 1, burst_gap: float = 0.0, per_event_gap: float | None = None,
                  first_delay: float = 0.0, gzip: bool = False, close: bool = False,
                  tls: bool = False, port: int = 0) -> None:
-        self.openai_body = openai_body if openai_body is not None else load_fixture(DEFAULT_OPENAI_FIXTURE)
-        self.anthropic_body = (anthropic_body if anthropic_body is not None
-                               else load_fixture(DEFAULT_ANTHROPIC_FIXTURE))
+        oa, an = openai_body, anthropic_body
+        self.openai_body = load_fixture(DEFAULT_OPENAI_FIXTURE) if oa is None else oa
+        self.anthropic_body = load_fixture(DEFAULT_ANTHROPIC_FIXTURE) if an is None else an
         self.bursts, self.burst_gap, self.per_event_gap = bursts, burst_gap, per_event_gap
         self.first_delay, self.gzip, self.close, self.tls = first_delay, gzip, close, tls
         self.port = port
-        self.ca_path: Path | None = None  # CA that signed the server cert (trust this)
+        # PEM files, set by start() when tls: the CA to trust, the server cert and its key.
+        self.ca_path: Path | None = None
         self.cert_path: Path | None = None
         self.key_path: Path | None = None
         self._lock = threading.Lock()
@@ -235,7 +228,7 @@ class FakeLLM:
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
 
     def client_ssl_context(self) -> ssl.SSLContext:
-        """A client context trusting this server's CA (httpx: `verify=fake.client_ssl_context()`)."""
+        """Client context trusting our CA, e.g. `httpx.Client(verify=fake.client_ssl_context())`."""
         assert self.ca_path, "start a tls=True server first"
         return ssl.create_default_context(cafile=str(self.ca_path))
 
@@ -279,7 +272,8 @@ class FakeLLM:
     def requests(self) -> list[Served]:
         """Snapshot copies of every request served so far, in arrival order."""
         with self._lock:
-            return [replace(r, headers=dict(r.headers), writes=list(r.writes)) for r in self._served]
+            return [replace(r, headers=dict(r.headers), writes=list(r.writes))
+                    for r in self._served]
 
     def wait_done(self, n: int, timeout: float = 5.0) -> list[Served]:
         """Block until at least n responses are complete; return the snapshot."""
@@ -363,45 +357,40 @@ class FakeLLM:
         for k, v in req.headers:
             name, val = k.decode("latin-1"), v.decode("latin-1")
             headers[name] = f"{headers[name]}, {val}" if name in headers else val
-        rec = Served(conn_id, req.method.decode(), target, split.path, headers, body)
-        with self._lock:
-            self._served.append(rec)
-
-        fixture, method = headers.get("x-fake-fixture"), rec.method
-        ctype, stream = "text/event-stream", None
+        method, fixture = req.method.decode(), headers.get("x-fake-fixture")
+        ctype, stream, route = "text/event-stream", None, "json"
         if fixture:
             try:
-                stream, rec.route = load_fixture(fixture), "fixture"
+                stream, route = load_fixture(fixture), "fixture"
                 ctype = _CONTENT_TYPES.get(Path(fixture).suffix, ctype)
             except FileNotFoundError:
-                rec.route = "error"
+                route = "error"
         elif method == "POST" and split.path.endswith("/chat/completions"):
-            stream, rec.route = self.openai_body, "openai"
+            stream, route = self.openai_body, "openai"
         elif method == "POST" and split.path.endswith("/v1/messages"):
-            stream, rec.route = self.anthropic_body, "anthropic"
+            stream, route = self.anthropic_body, "anthropic"
         elif split.path == "/slow":
-            rec.route = "slow"
-            await asyncio.sleep(float(parse_qs(split.query).get("ms", ["0"])[0]) / 1000)
-        else:
-            rec.route = "json"
+            route = "slow"
+        rec = Served(conn_id, method, target, split.path, headers, body, route)
+        with self._lock:
+            self._served.append(rec)
+        if stream is not None:
+            await self._stream(conn, writer, rec, headers, stream, ctype)
+            return not self._opt(headers, "x-fake-close", self.close)
 
-        if stream is None:
-            status = 404 if rec.route == "error" else 200
-            payload = {"ok": status == 200, "method": method, "path": target}
-            if rec.route == "error":
-                payload["error"] = f"no such fixture: {fixture}"
-            data = json.dumps(payload).encode()
-            rec.response_body = data
-            out = conn.send(h11.Response(status_code=status, headers=[
-                ("content-type", "application/json"), ("content-length", str(len(data)))]))
-            assert out is not None
-            writer.write(out + (conn.send(h11.Data(data=data)) or b""))
-            self._finish(rec)
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
-            return True
-        await self._stream(conn, writer, rec, headers, stream, ctype)
-        return not self._opt(headers, "x-fake-close", self.close)
+        if route == "slow":
+            await asyncio.sleep(float(parse_qs(split.query).get("ms", ["0"])[0]) / 1000)
+        payload = {"ok": route != "error", "method": method, "path": target}
+        if route == "error":
+            payload["error"] = f"no such fixture: {fixture}"
+        rec.response_body = data = json.dumps(payload).encode()
+        self._finish(rec)
+        writer.write(b"".join(conn.send(ev) or b"" for ev in (
+            h11.Response(status_code=404 if route == "error" else 200, headers=[
+                ("content-type", "application/json"), ("content-length", str(len(data)))]),
+            h11.Data(data=data), h11.EndOfMessage())))
+        await writer.drain()
+        return True
 
     @staticmethod
     def _opt(headers: dict[str, str], name: str, default: bool) -> bool:

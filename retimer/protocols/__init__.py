@@ -1,0 +1,32 @@
+"""Registry of protocol adapters: which wire format a flow speaks.
+
+Order matters: the first adapter whose `accepts()` is true handles the flow, so more
+specific shapes go before broader ones.
+"""
+
+from __future__ import annotations
+
+from .anthropic_messages import AnthropicMessagesAdapter
+from .base import Adapter, Channel, Event, RequestShape
+from .openai_chat import OpenAIChatAdapter
+
+__all__ = [
+    "ADAPTERS",
+    "Adapter",
+    "AnthropicMessagesAdapter",
+    "Channel",
+    "Event",
+    "OpenAIChatAdapter",
+    "RequestShape",
+    "find_adapter",
+]
+
+ADAPTERS: tuple[type[Adapter], ...] = (OpenAIChatAdapter, AnthropicMessagesAdapter)
+
+
+def find_adapter(request: RequestShape, content_type: str) -> type[Adapter] | None:
+    """The adapter class for this request and response content type, or None (pass through)."""
+    for adapter in ADAPTERS:
+        if adapter.accepts(request, content_type):
+            return adapter
+    return None

@@ -1,0 +1,116 @@
+"""Runs the real `retimer` command as a subprocess for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`retimer ARGS` to completion, for commands that exit (errors, `profiles`)."""
+    return subprocess.run(
+        [sys.executable, "-m", "retimer", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+class RetimerProxy:
+    """`retimer` listening on a free port with its own confdir (CA) and record log."""
+
+    def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None) -> None:
+        self.tmp = tmp
+        self.port = free_port()
+        self.confdir = tmp / "confdir"
+        self.log_path = tmp / "records.jsonl"
+        self.out_path = tmp / "retimer.out"
+        self.err_path = tmp / "retimer.err"
+        self.args = [
+            "--listen-port", str(self.port), "--set", f"confdir={self.confdir}",
+            "--log", str(self.log_path), *args,
+        ]
+        if upstream_ca is not None:
+            self.args += ["--set", f"ssl_verify_upstream_trusted_ca={upstream_ca}"]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ca_path(self) -> Path:
+        return self.confdir / "mitmproxy-ca-cert.pem"
+
+    def start(self, timeout: float = 30.0) -> RetimerProxy:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "retimer", *self.args],
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"retimer exited {self.proc.returncode}: {self.stderr()}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"retimer did not listen within {timeout}s: {self.stderr()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> RetimerProxy:
+        return self.start()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def stdout(self) -> str:
+        return self.out_path.read_text(errors="replace") if self.out_path.exists() else ""
+
+    def stderr(self) -> str:
+        return self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """Trusts retimer's CA only: what a client configured for the proxy trusts."""
+        return ssl.create_default_context(cafile=str(self.ca_path))
+
+    def records(self, n: int = 1, timeout: float = 10.0) -> list[dict[str, Any]]:
+        """Wait until the log holds at least `n` records, then return them all."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines: list[str] = []
+            if self.log_path.exists():
+                lines = [x for x in self.log_path.read_text().splitlines() if x.strip()]
+            if len(lines) >= n or time.monotonic() > deadline:
+                return [json.loads(x) for x in lines]
+            time.sleep(0.05)

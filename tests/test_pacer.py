@@ -1,0 +1,167 @@
+"""The pacer and the live scheduler on fake clocks: order, due times, chunking, integrity."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from retimer.pacer import StreamPacer
+from retimer.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.tokenizer import split_tokens
+
+
+class LineAdapter(Adapter):
+    """A toy wire format: `T:<text>\\n` carries answer text, any other line carries none."""
+
+    name = "lines"
+
+    def __init__(self) -> None:
+        self.buf = b""
+
+    @classmethod
+    def accepts(cls, request: RequestShape, content_type: str) -> bool:
+        return True
+
+    def _event(self, raw: bytes) -> Event:
+        if raw.startswith(b"T:") and raw.endswith(b"\n"):
+            return Event(raw, ((Channel.TEXT, raw[2:-1].decode()),))
+        return Event(raw)
+
+    def feed(self, data: bytes) -> list[Event]:
+        self.buf += data
+        *lines, self.buf = self.buf.split(b"\n")
+        return [self._event(line + b"\n") for line in lines]
+
+    def end(self) -> list[Event]:
+        rest, self.buf = self.buf, b""
+        return [Event(rest)] if rest else []
+
+    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        assert "".join(pieces) == event.text
+        return [b"T:" + p.encode() + b"\n" for p in pieces]
+
+
+class FixedTiming:
+    def __init__(self, ttft: float, gap: float, chunk: int = 1) -> None:
+        self.ttft = ttft
+        self._gap = gap
+        self._chunk = chunk
+
+    def gap(self) -> float:
+        return self._gap
+
+    def chunk_size(self) -> int:
+        return self._chunk
+
+
+def text_of(data: bytes) -> str:
+    return "".join(e.text for e in LineAdapter().feed(data))
+
+
+def drain(pacer: StreamPacer) -> list:
+    out = pacer.pop_due(float("inf"))
+    pacer.sent(out, 0.0)
+    return out
+
+
+BODY = b"start\nT:Hello world, this is a test of the pacer.\nT: And more words here.\nend\n"
+
+
+def test_burst_is_spread_at_the_profile_rate() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(0.4, 0.025), start=0.0)
+    pacer.feed(BODY, now=0.01)
+    pacer.finish(now=0.02)
+    out = drain(pacer)
+    token_emissions = [e for e in out if e.tokens]
+    n = sum(e.tokens for e in token_emissions)
+    assert n == len(split_tokens("Hello world, this is a test of the pacer.")) + len(
+        split_tokens(" And more words here.")
+    )
+    assert all(e.tokens == 1 for e in token_emissions)
+    assert token_emissions[0].due == 0.4
+    assert abs(token_emissions[-1].due - (0.4 + (n - 1) * 0.025)) < 1e-9
+    assert out[0].data == b"start\n" and out[0].due == 0.01  # non-token event goes at once
+    assert out[-1].data == b"end\n" and out[-1].due == token_emissions[-1].due
+    assert b"".join(e.data for e in out).count(b"\n") == n + 2
+    assert text_of(b"".join(e.data for e in out)) == text_of(BODY)
+    assert pacer.done
+    assert not pacer.scheduler.ttft_bound and pacer.scheduler.bound_s == 0
+
+
+def test_slow_upstream_is_never_overtaken() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(0.1, 0.01), start=0.0)
+    for i in range(5):
+        pacer.feed(b"T: word\n", now=1.0 + i)
+    pacer.finish(now=6.0)
+    out = drain(pacer)
+    assert [e.due for e in out] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert pacer.scheduler.ttft_bound
+    assert abs(pacer.scheduler.bound_s - 4 * 0.99) < 1e-9
+
+
+def test_chunking_groups_tokens_across_events() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(0.2, 0.05, chunk=3), start=0.0)
+    for _ in range(4):
+        pacer.feed(b"T: a b\n", now=0.0)  # 2 tokens per upstream event
+    pacer.finish(now=0.0)
+    out = drain(pacer)
+    assert [e.tokens for e in out] == [3, 3, 2]
+    assert out[0].due == 0.2  # the first network event carries its tokens at the TTFT
+    assert abs(out[1].due - (0.2 + 3 * 0.05)) < 1e-9
+    assert text_of(b"".join(e.data for e in out)) == " a b" * 4
+
+
+def test_passthrough_emits_every_event_as_it_arrived() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(5.0, 1.0), start=0.0, passthrough=True)
+    pacer.feed(BODY[:20], now=0.5)
+    pacer.feed(BODY[20:], now=0.7)
+    pacer.finish(now=0.8)
+    out = drain(pacer)
+    assert b"".join(e.data for e in out) == BODY
+    assert max(e.due for e in out) <= 0.7
+
+
+def test_trailing_partial_event_goes_out_verbatim_at_the_end() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(0.0, 0.0), start=0.0)
+    pacer.feed(b"T: hi\npartial", now=0.0)
+    assert not pacer.done
+    pacer.finish(now=1.0)
+    out = drain(pacer)
+    assert b"".join(e.data for e in out) == b"T: hi\npartial"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(["text", "text", "words", "none"]), min_size=1, max_size=12),
+    arrivals=st.lists(st.floats(0, 2), min_size=12, max_size=12),
+    gap=st.floats(0, 0.1),
+    ttft=st.floats(0, 1),
+    chunk=st.integers(1, 5),
+    pop_between=st.booleans(),
+)
+def test_never_early_never_reordered_text_intact(kinds, arrivals, gap, ttft, chunk, pop_between):
+    """Each upstream line carries a marker; no marker may leave before its line arrived."""
+    pacer = StreamPacer(LineAdapter(), FixedTiming(ttft, gap, chunk), start=0.0)
+    body = b""
+    arrival: dict[str, float] = {}
+    out = []
+    for i, (kind, now) in enumerate(zip(kinds, sorted(arrivals), strict=False)):
+        marker = f"m{i}x"
+        data = {"text": f"T: {marker}\n", "words": f"T: {marker} a b, c\n", "none": f"{marker}\n"}
+        body += data[kind].encode()
+        arrival[marker] = now
+        pacer.feed(data[kind].encode(), now)
+        if pop_between:
+            out += pacer.pop_due(now)
+    pacer.finish(max(arrivals))
+    out += drain(pacer)
+    dues = [e.due for e in out]
+    assert dues == sorted(dues)
+    for e in out:
+        for marker in re.findall(r"m\d+x", e.data.decode()):
+            assert e.due >= arrival[marker] - 1e-12
+    assert b"".join(e.data for e in out).replace(b"T:", b"") .count(b"m") == len(kinds)
+    assert text_of(b"".join(e.data for e in out)) == text_of(body)

@@ -1,0 +1,307 @@
+"""Profiles: every built-in loads and matches the speed table; broken files fail in one line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retimer.profile import (
+    Profile,
+    ProfileError,
+    builtin_dir,
+    builtin_profiles,
+    load_profile,
+    parse_duration,
+    parse_rate,
+)
+
+# The seed speed table (shared/seeds/000_376c19f4af5448d5.txt): row -> (tok/s, TTFT ms).
+TABLE = {
+    1: (2100, 120), 2: (1800, 140), 3: (1400, 180), 4: (950, 220), 5: (780, 200),
+    6: (570, 240), 7: (520, 220), 8: (480, 250), 9: (400, 260), 10: (320, 280),
+    11: (260, 450), 12: (210, 550), 13: (180, 500), 14: (95, 800), 15: (85, 850),
+    16: (80, 900), 17: (55, 1100), 18: (45, 1400), 19: (40, 1500), 20: (35, 1800),
+}
+SEED_TABLE = Path(__file__).resolve().parents[2] / "shared" / "seeds" / "000_376c19f4af5448d5.txt"
+
+REQUIRED_ALIASES = {
+    "cerebras": 1, "groq": 3, "sambanova": 5, "together": 8, "fireworks": 9,
+    "gemini-flash": 11, "gpt-5-mini": 12, "claude-haiku": 13, "gpt-5": 14, "frontier": 14,
+    "claude-sonnet": 15, "gemini-pro": 16, "claude-opus": 17, "mythos": 18, "o3": 19,
+    "reasoning": 19, "deepseek-r1": 20,
+}
+
+
+def row_files() -> dict[int, Path]:
+    files = {}
+    for f in builtin_dir().glob("*.yaml"):
+        m = re.match(r"(\d\d)-", f.name)
+        if m:
+            files[int(m.group(1))] = f
+    return files
+
+
+# ---------------------------------------------------------------- built-ins
+
+
+def test_builtin_dir_is_the_profiles_folder() -> None:
+    assert (builtin_dir() / "README.md").is_file()
+
+
+def test_embedded_table_matches_the_seed_file() -> None:
+    if not SEED_TABLE.is_file():
+        pytest.skip("shared/seeds is not beside this checkout")
+    rows = re.findall(r"^(\d+)\t[^\t]+\t(\d+)\t(\d+)ms\t", SEED_TABLE.read_text(), re.M)
+    assert {int(r): (int(t), int(ms)) for r, t, ms in rows} == TABLE
+
+
+def test_every_builtin_loads_and_is_complete() -> None:
+    profiles = builtin_profiles()
+    assert len(profiles) == 22
+    for p in profiles:
+        assert p.source and p.description and p.path is not None
+        assert p.path.stem in (p.name, f"{p.path.stem[:2]}-{p.name}")
+        if p.passthrough:
+            continue
+        assert p.ttft is not None and p.tps is not None
+        assert p.ttft.p50 < p.ttft.p90 < p.ttft.p99
+        assert 1 < p.gap[0] < p.gap[1]
+        assert abs(sum(q for _, q in p.chunking) - 1) < 1e-9
+    names = {p.name for p in profiles}
+    assert {"passthrough", "human-reading"} <= names
+
+
+def test_twenty_table_rows_with_the_tables_exact_medians() -> None:
+    files = row_files()
+    assert sorted(files) == list(range(1, 21))
+    for row, path in files.items():
+        p = load_profile(str(path))
+        tps, ttft_ms = TABLE[row]
+        assert p.tps == tps, path.name
+        assert p.ttft is not None and p.ttft.p50 == ttft_ms / 1000, path.name
+        assert f"row {row} " in p.source, path.name
+
+
+def test_aliases_are_unique_and_resolve() -> None:
+    seen: dict[str, str] = {}
+    for p in builtin_profiles():
+        for key in (p.name, *p.aliases):
+            assert key not in seen, f"{key} in {p.name} and {seen[key]}"
+            seen[key] = p.name
+    for key, name in seen.items():
+        assert load_profile(key).name == name
+        assert load_profile(f"  {key.upper()} ").name == name
+
+
+def test_required_aliases_point_at_their_rows() -> None:
+    files = row_files()
+    for alias, row in REQUIRED_ALIASES.items():
+        assert load_profile(alias).path == files[row], alias
+    assert load_profile("none").passthrough and load_profile("off").passthrough
+    assert load_profile("human-reading").tps == 5
+
+
+def test_load_from_a_path(tmp_path: Path) -> None:
+    f = tmp_path / "mine.yaml"
+    f.write_text("name: my-speed\nsource: a test\nttft: {p50: 300, p90: 0.5s, p99: 1.2s}\n"
+                 "decode: {tps: 60tok/s}\n")
+    p = load_profile(str(f))
+    assert (p.name, p.tps, p.path) == ("my-speed", 60.0, f)
+    assert (p.ttft.p50, p.ttft.p90, p.ttft.p99) == (0.3, 0.5, 1.2)  # type: ignore[union-attr]
+    assert p.chunking == ((1, 1.0),) and p.jitter == 1.0
+    shipped = sorted(builtin_dir().glob("1[0-9]-*.yaml"))[0]
+    assert load_profile(str(shipped)).path == shipped
+
+
+# ---------------------------------------------------------------- overrides and timing
+
+
+def test_ttft_override_sets_the_median_and_keeps_the_tail_shape() -> None:
+    base = load_profile("claude-haiku")
+    p = base.with_overrides(ttft=0.25)
+    assert p.ttft is not None and base.ttft is not None
+    assert p.ttft.p50 == pytest.approx(0.25)
+    assert p.ttft.p90 / p.ttft.p50 == pytest.approx(base.ttft.p90 / base.ttft.p50)
+    assert p.ttft.p99 / p.ttft.p50 == pytest.approx(base.ttft.p99 / base.ttft.p50)
+    assert p.tps == base.tps and p.name == base.name
+    assert base.ttft.p50 == 0.5  # the original is untouched
+
+
+def test_tps_and_jitter_overrides() -> None:
+    p = load_profile("groq").with_overrides(tps="40tok/s", jitter=0)
+    assert p.tps == 40.0 and p.jitter == 0.0
+    t = p.stream_timing(np.random.default_rng(1))
+    assert p.ttft is not None and t.ttft == p.ttft.p50
+    assert {t.gap() for _ in range(300)} == {1 / 40}
+    shifted = load_profile("groq").with_overrides(ttft="400ms").ttft
+    assert shifted is not None and shifted.p50 == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize("kwargs,option", [({"ttft": 0}, "--ttft"), ({"ttft": -1}, "--ttft"),
+                                            ({"ttft": "soon"}, "--ttft"), ({"tps": 0}, "--tps"),
+                                            ({"tps": float("nan")}, "--tps"),
+                                            ({"jitter": -0.5}, "--jitter"),
+                                            ({"jitter": "lots"}, "--jitter")])
+def test_bad_overrides_name_the_option(kwargs: dict[str, object], option: str) -> None:
+    with pytest.raises(ProfileError) as e:
+        load_profile("cerebras").with_overrides(**kwargs)  # type: ignore[arg-type]
+    assert option in str(e.value) and "\n" not in str(e.value)
+
+
+def test_passthrough_has_no_timing() -> None:
+    p = load_profile("passthrough")
+    with pytest.raises(ProfileError):
+        p.stream_timing(np.random.default_rng(0))
+    with pytest.raises(ProfileError):
+        p.with_overrides(tps=10)
+    assert p.with_overrides() == p
+
+
+def test_stream_timing_reproduces_and_follows_the_profile() -> None:
+    p = load_profile("gpt-5")
+    a, b = p.stream_timing(np.random.default_rng(3)), p.stream_timing(np.random.default_rng(3))
+    assert a.ttft == b.ttft
+    assert [a.gap() for _ in range(300)] == [b.gap() for _ in range(300)]
+    assert [a.chunk_size() for _ in range(300)] == [b.chunk_size() for _ in range(300)]
+    rng = np.random.default_rng(4)
+    ttfts = np.array([p.stream_timing(rng).ttft for _ in range(4000)])
+    assert p.ttft is not None
+    assert abs(np.median(ttfts) / p.ttft.p50 - 1) < 0.03
+    assert abs(np.quantile(ttfts, 0.9) / p.ttft.p90 - 1) < 0.04
+    t = p.stream_timing(np.random.default_rng(5))
+    assert abs(np.mean([t.gap() for _ in range(1280)]) * 95 - 1) < 1e-9
+
+
+# ---------------------------------------------------------------- broken profiles
+
+GOOD = {
+    "name": "x", "source": "s",
+    "ttft": "{p50: 100ms, p90: 150ms, p99: 300ms}", "decode": "{tps: 50}",
+}
+
+
+def doc(**over: str | None) -> str:
+    fields = {**GOOD, **over}
+    return "".join(f"{k}: {v}\n" for k, v in fields.items() if v is not None)
+
+
+BROKEN = [
+    ("name: [unclosed\n", "invalid YAML"),
+    ("- a\n- b\n", "top level must be a mapping"),
+    ("just a string\n", "top level must be a mapping"),
+    ("", "empty"),
+    (doc() + "decod: {tps: 3}\n", "unknown key 'decod'"),
+    (doc() + "prefill: {rate: 10000}\n", "unknown key 'prefill'"),
+    (doc(ttft="{p50: 1ms, p90: 2ms, p95: 3ms}"),
+     "unknown key 'ttft.p95' (allowed: p50, p90, p99)"),
+    (doc(decode="{tps: 5, gaps: {p90: 2, p99: 3}}"), "unknown key 'decode.gaps'"),
+    (doc(name=None), "missing required key 'name'"),
+    (doc(source=None), "missing required key 'source'"),
+    (doc(ttft=None), "missing required key 'ttft'"),
+    (doc(decode="{gap: {p90: 2, p99: 3}}"), "missing required key 'decode.tps'"),
+    (doc(ttft="{p50: 1ms, p90: 2ms}"), "missing required key 'ttft.p99'"),
+    (doc(decode="{tps: 0}"), "decode.tps must be a positive number"),
+    (doc(decode="{tps: -3}"), "decode.tps must be a positive number of tokens/s, got -3"),
+    (doc(decode="{tps: fast}"), "decode.tps"),
+    (doc(decode="{tps: true}"), "decode.tps"),
+    (doc(decode="{tps: .nan}"), "decode.tps"),
+    (doc(decode="100"), "decode must be a mapping"),
+    (doc(ttft="{p50: -5ms, p90: 2ms, p99: 3ms}"), "ttft.p50 must be a positive duration"),
+    (doc(ttft="{p50: 0, p90: 2ms, p99: 3ms}"), "ttft.p50"),
+    (doc(ttft="{p50: soon, p90: 2ms, p99: 3ms}"), "ttft.p50"),
+    (doc(ttft="{p50: 1ms, p90: 2h, p99: 3ms}"), "ttft.p90"),
+    (doc(ttft="{p50: 200ms, p90: 150ms, p99: 300ms}"), "ttft quantiles must increase"),
+    (doc(ttft="{p50: 200ms, p90: 200ms, p99: 300ms}"), "ttft quantiles must increase"),
+    (doc(ttft="120ms"), "ttft must be a mapping"),
+    (doc(decode="{tps: 5, gap: {p90: 0.9, p99: 2}}"),
+     "decode.gap.p90 must be a number greater than 1"),
+    (doc(decode="{tps: 5, gap: {p90: 3, p99: 2}}"), "decode.gap quantiles must increase"),
+    (doc(decode="{tps: 5, gap: {p90: 2}}"), "missing required key 'decode.gap.p99'"),
+    (doc() + "chunking: {1: 0.5, 2: 0.4}\n", "chunking probabilities must sum to 1, got 0.9"),
+    (doc() + "chunking: {0: 1.0}\n", "chunking keys"),
+    (doc() + "chunking: {1.5: 1.0}\n", "chunking keys"),
+    (doc() + "chunking: {1: 1.2, 2: -0.2}\n", "chunking.2 must be a positive number"),
+    (doc() + "chunking: [1, 2]\n", "chunking must be a mapping"),
+    (doc() + "jitter: -1\n", "jitter must be a number >= 0"),
+    (doc() + "name: y\n", "duplicate key 'name'"),
+    (doc(name="'My Profile'"), "name must be a lowercase name"),
+    (doc() + "aliases: [Fast]\n", "each alias must be a lowercase name"),
+    (doc() + "aliases: [off]\n", "quote it"),
+    (doc() + "aliases: [x]\n", "alias 'x' repeats the profile's name"),
+    (doc() + "aliases: [a, a]\n", "alias 'a' appears twice"),
+    (doc() + "aliases: fast\n", "aliases must be a list"),
+    (doc() + "passthrough: true\n", "passthrough profile takes no timing keys"),
+    (doc() + "passthrough: maybe\n", "passthrough must be true or false"),
+    (doc(description="[1, 2]"), "description must be a non-empty string"),
+]
+
+
+@pytest.mark.parametrize("text,expected", BROKEN, ids=[f"broken{i}" for i in range(len(BROKEN))])
+def test_broken_profile_fails_in_one_line_naming_file_and_problem(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    f = tmp_path / "bad.yaml"
+    f.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        load_profile(str(f))
+    message = str(e.value)
+    assert "\n" not in message
+    assert message.startswith(f"{f}: ")
+    assert expected in message
+
+
+def test_the_good_base_document_loads(tmp_path: Path) -> None:
+    f = tmp_path / "good.yaml"
+    f.write_text(doc())
+    assert load_profile(str(f)).name == "x"  # so each BROKEN case fails for its own reason
+
+
+def test_unknown_name_and_missing_file() -> None:
+    with pytest.raises(ProfileError) as e:
+        load_profile("cerebrus")
+    assert str(e.value).startswith("unknown profile 'cerebrus' (")
+    assert "retimer profiles" in str(e.value) and "cerebras" in str(e.value)
+    with pytest.raises(ProfileError, match="^nowhere/x.yaml: no such profile file$"):
+        load_profile("nowhere/x.yaml")
+    assert issubclass(ProfileError, ValueError)
+
+
+# ---------------------------------------------------------------- parsers
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("400ms", 0.4), ("2s", 2.0), ("1.5s", 1.5), ("250", 0.25), (250, 0.25), (1.5, 0.0015),
+    (" 1.5 S ", 1.5), ("120MS", 0.12), ("0", 0.0), (".5s", 0.5), ("1e3ms", 1.0),
+])
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("bad", ["-1s", "-5", -5, "abc", "1.5h", "", "ms", "nan", "inf", "1s2",
+                                 True, None, float("inf")])
+def test_parse_duration_rejects(bad: object) -> None:
+    with pytest.raises(ProfileError) as e:
+        parse_duration(bad)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and "duration" in str(e.value)
+
+
+@pytest.mark.parametrize("text,rate", [("40", 40.0), ("40tok/s", 40.0), ("40 tokens/s", 40.0),
+                                       ("12.5 t/s", 12.5), (85, 85.0), ("2100TPS", 2100.0)])
+def test_parse_rate(text: str | float, rate: float) -> None:
+    assert parse_rate(text) == rate
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "fast", "", "40 tok/min", True, 0, float("nan"), None])
+def test_parse_rate_rejects(bad: object) -> None:
+    with pytest.raises(ProfileError) as e:
+        parse_rate(bad)  # type: ignore[arg-type]
+    assert "\n" not in str(e.value) and "rate" in str(e.value)
+
+
+def test_profile_needs_timing_unless_passthrough() -> None:
+    with pytest.raises(ProfileError):
+        Profile("x")
+    assert Profile("y", passthrough=True).passthrough
