@@ -22,7 +22,7 @@ from . import bridge
 from .encoding import decoding_adapter
 from .hosts import is_llm_host
 from .pacer import StreamPacer
-from .profile import Profile, ProfileError, load_profile, parse_duration, parse_rate
+from .profile import Profile, ProfileError, load_profile
 from .protocols import find_adapter
 from .protocols.base import RequestShape
 from .records import RecordLog, redact_url
@@ -35,26 +35,9 @@ STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl"
 Listener = Callable[[dict[str, Any]], None]
 
 
-def build_profile(name: str, ttft: str, tps: str, jitter: str) -> Profile:
+def build_profile(name: str, ttft: str = "", tps: str = "", jitter: str = "") -> Profile:
     """The active profile with command-line overrides; errors name the option at fault."""
-    profile = load_profile(name)
-    try:
-        ttft_s = parse_duration(ttft) if ttft else None
-    except ValueError as e:
-        raise ProfileError(f"--ttft: {e}") from None
-    try:
-        tps_v = parse_rate(tps) if tps else None
-    except ValueError as e:
-        raise ProfileError(f"--tps: {e}") from None
-    jitter_v: float | None = None
-    if jitter != "":
-        try:
-            jitter_v = float(jitter)
-        except ValueError:
-            raise ProfileError(f"--jitter: expected a number >= 0, got {jitter!r}") from None
-        if not jitter_v >= 0:
-            raise ProfileError(f"--jitter: expected a number >= 0, got {jitter!r}")
-    return profile.with_overrides(ttft=ttft_s, tps=tps_v, jitter=jitter_v)
+    return load_profile(name).with_overrides(ttft=ttft or None, tps=tps or None, jitter=jitter or None)
 
 
 def is_stream_response(response: http.Response) -> bool:

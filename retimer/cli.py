@@ -175,7 +175,7 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
     proxy = f"http://{args.listen_host}:{args.listen_port}"
     rate = "as upstream" if profile.passthrough else f"{profile.tps:g} tok/s"
     ttft = "as upstream" if profile.passthrough else f"{profile.ttft.p50 * 1000:.0f} ms median"
-    console = Console(file=sys.stdout, highlight=False)
+    console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
     console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
     console.print(f"  CA cert  {ca}")

@@ -184,6 +184,17 @@ def test_stratification_beats_iid_by_far_on_the_built_in_gpu_shape() -> None:
     assert np.percentile(stratified, 95) * 4 < np.percentile(iid, 95)
 
 
+@pytest.mark.parametrize("run", [8, 16, 64, 128])
+def test_every_aligned_run_of_gaps_covers_each_quantile_band_once(run: int) -> None:
+    """Why short prefixes stay near the mean: run r holds one gap from each 1/r of the mass."""
+    g = GapSampler(100.0, 1.3, 2.5, np.random.default_rng(6))
+    edges = [g.shape.quantile(j / run) for j in range(1, run)]
+    x = np.array(g.take(128 * 20))
+    for start in range(0, len(x), run):
+        bands = np.searchsorted(edges, x[start:start + run], side="right")
+        assert sorted(bands) == list(range(run))
+
+
 def test_gap_order_keeps_adjacent_gaps_nearly_uncorrelated() -> None:
     x = np.array(GapSampler(100.0, 1.3, 2.5, np.random.default_rng(3)).take(128 * 500))
     assert -0.15 < np.corrcoef(x[:-1], x[1:])[0, 1] < 0.05

@@ -1,0 +1,165 @@
+"""The measuring client: a separate process that timestamps every read of a streamed response.
+
+Run by `bench/harness.py` as `python bench/client.py`; it reads one JSON job per line on stdin
+and writes one JSON result per line on stdout. Every timestamp is `time.monotonic()`
+(CLOCK_MONOTONIC, shared by every process on the machine), so the orchestrator can compare
+them with the upstream's write times and the proxy's records.
+
+Jobs:
+  {"op": "streams", "proxy": URL|null, "streams": [SPEC...], "concurrent": bool}
+      SPEC = {"url", "body" (str), "headers" {..}, "warmup" URL|null}
+      -> {"streams": [{"t_sent", "t_head", "status", "reads": [[t, nbytes]...],
+                       "events": [[t, tokens]...]}]}
+  {"op": "gets", "proxy": URL|null, "url": URL, "n": int}
+      -> {"latency_s": [...]}
+  {"op": "quit"}
+
+Only the read loop runs while a stream is being timed: SSE parsing and token counting happen
+after the response ends, and the garbage collector is off during a stream, so the client's own
+pauses do not show up as proxy lateness.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from retimer.tokenizer import split_tokens  # noqa: E402
+
+monotonic = time.monotonic
+TIMEOUT = httpx.Timeout(120.0)
+
+
+def event_text(data: bytes) -> str:
+    """The token-bearing text of one SSE event (OpenAI Chat or Anthropic Messages), else ""."""
+    text = []
+    for line in data.split(b"\n"):
+        if not line.startswith(b"data:"):
+            continue
+        payload = line[5:].strip()
+        if not payload.startswith(b"{"):
+            continue
+        obj = json.loads(payload)
+        if obj.get("type") == "content_block_delta":  # Anthropic
+            delta = obj.get("delta", {})
+            text.append(delta.get("text") or delta.get("thinking") or delta.get("partial_json") or "")
+        for choice in obj.get("choices") or ():  # OpenAI Chat
+            delta = choice.get("delta") or {}
+            text.append((delta.get("reasoning_content") or "") + (delta.get("content") or ""))
+    return "".join(text)
+
+
+def token_events(chunks: list[tuple[float, bytes]]) -> list[tuple[float, int]]:
+    """(arrival time, token count) per token-bearing SSE event; the time is that of the read
+    that completed the event. Tokens are counted with retimer's own splitter."""
+    out: list[tuple[float, int]] = []
+    buf = b""
+    for t, chunk in chunks:
+        buf += chunk.replace(b"\r\n", b"\n")
+        while (end := buf.find(b"\n\n")) >= 0:
+            event, buf = buf[:end], buf[end + 2 :]
+            text = event_text(event)
+            if text:
+                out.append((t, len(split_tokens(text))))
+    return out
+
+
+def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) -> dict[str, Any]:
+    """POST one streaming request; timestamp each raw read (GC off meanwhile, if `gc_off`)."""
+    chunks: list[tuple[float, bytes]] = []
+    append = chunks.append
+    body = spec["body"].encode()
+    if gc_off:
+        gc.disable()
+    try:
+        t_sent = monotonic()
+        with client.stream("POST", spec["url"], content=body, headers=spec["headers"]) as r:
+            t_head = monotonic()
+            for chunk in r.iter_raw():
+                append((monotonic(), chunk))
+            status = r.status_code
+    finally:
+        gc.enable()
+    return {
+        "t_sent": t_sent,
+        "t_head": t_head,
+        "status": status,
+        "reads": [(t, len(c)) for t, c in chunks],
+        "events": token_events(chunks),
+    }
+
+
+def run_streams(job: dict[str, Any]) -> dict[str, Any]:
+    """Sequential streams on one keep-alive client, or all at once (one client per thread)."""
+    specs: list[dict[str, Any]] = job["streams"]
+    if not job.get("concurrent"):
+        with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
+            results = []
+            for spec in specs:
+                if spec.get("warmup"):
+                    client.get(spec["warmup"]).raise_for_status()
+                results.append(one_stream(client, spec))
+                gc.collect()
+        return {"streams": results}
+
+    results_c: list[dict[str, Any] | None] = [None] * len(specs)
+    barrier = threading.Barrier(len(specs))
+
+    def worker(i: int) -> None:
+        with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
+            if specs[i].get("warmup"):
+                client.get(specs[i]["warmup"]).raise_for_status()
+            barrier.wait()
+            results_c[i] = one_stream(client, specs[i], gc_off=False)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(specs))]
+    gc.disable()
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        gc.enable()
+    return {"streams": results_c}
+
+
+def run_gets(job: dict[str, Any]) -> dict[str, Any]:
+    """n GETs on one keep-alive connection (after one untimed warm-up); round-trip seconds."""
+    out = []
+    with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
+        client.get(job["url"]).raise_for_status()
+        for _ in range(job["n"]):
+            t0 = monotonic()
+            r = client.get(job["url"])
+            r.read()
+            out.append(monotonic() - t0)
+            r.raise_for_status()
+    return {"latency_s": out}
+
+
+def main() -> None:
+    gc.freeze()  # imports are long-lived: keep them out of every later collection
+    for line in sys.stdin:
+        job = json.loads(line)
+        op = job.get("op")
+        if op == "quit":
+            break
+        try:
+            result = run_streams(job) if op == "streams" else run_gets(job)
+        except Exception as e:  # report, keep serving
+            result = {"error": f"{type(e).__name__}: {e}"}
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""The command line: one clear line for every bad input, the profile table, start-up banner."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+from proxy import RetimerProxy, run_cli
+
+from retimer.profile import builtin_profiles
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--profile", "cerebrus"], "cerebrus"),
+        (["--tps", "0"], "--tps"),
+        (["--tps", "-3"], "--tps"),
+        (["--tps", "fast"], "--tps"),
+        (["--ttft", "soon"], "--ttft"),
+        (["--ttft", "-5ms"], "--ttft"),
+        (["--jitter", "-1"], "--jitter"),
+        (["--jitter", "lots"], "--jitter"),
+        (["--listen-port", "70000"], "--listen-port"),
+        (["--listen-port", "abc"], "--listen-port"),
+        (["--seed", "-4"], "--seed"),
+        (["--intercept", "(unclosed"], "--intercept"),
+        (["--set", "confdir"], "--set"),
+        (["--set", "no_such_option=1"], "no_such_option"),
+        (["--no-such-flag"], "--no-such-flag"),
+        (["--profile", "passthrough", "--tps", "40"], "passthrough"),
+    ],
+)
+def test_bad_options_get_one_line(args: list[str], needle: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("retimer: error:")
+    assert needle in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        ("name: [unclosed\n", "broken.yaml"),
+        ("- a list\n", "broken.yaml"),
+        ("name: x\nsource: s\nttft: {p50: 1ms, p90: 2ms, p99: 3ms}\ndecode: {tps: 0}\n", "tps"),
+        ("name: x\nsource: s\nttft: {p50: 1ms, p90: 2ms, p99: 3ms}\ndecode: {tps: 5}\nspeed: 3\n",
+         "speed"),
+        ("name: x\nsource: s\nttft: {p50: 9ms, p90: 2ms, p99: 3ms}\ndecode: {tps: 5}\n", "ttft"),
+    ],
+)
+def test_broken_profile_file_gets_one_line(tmp_path: Path, content: str, needle: str) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(content)
+    result = run_cli("--profile", str(path))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "broken.yaml" in lines[0] and needle in lines[0], result.stderr
+
+
+def test_missing_profile_file(tmp_path: Path) -> None:
+    result = run_cli("--profile", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "nope.yaml" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_profiles_lists_every_builtin() -> None:
+    result = run_cli("profiles")
+    assert result.returncode == 0
+    for profile in builtin_profiles():
+        assert profile.name in result.stdout
+        for alias in profile.aliases:
+            assert alias in result.stdout
+
+
+def test_profile_detail_names_its_source() -> None:
+    result = run_cli("profiles", "o3")
+    assert result.returncode == 0
+    assert "openai-o3" in result.stdout and "Speed table row 19" in result.stdout
+
+
+def test_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result = run_cli("--listen-port", str(port), "--set", f"confdir={tmp_path}")
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert str(port) in result.stderr
+
+
+def test_banner_says_where_and_how(tmp_path: Path) -> None:
+    with RetimerProxy(tmp_path, "--profile", "groq") as proxy:
+        pass
+    out = proxy.stdout()
+    assert f"127.0.0.1:{proxy.port}" in out
+    assert "groq-llama-3.3-70b" in out
+    assert str(proxy.ca_path) in out
+    assert "HTTPS_PROXY=" in out and "curl --proxy" in out
+    bundle = proxy.confdir / "retimer-ca-bundle.pem"
+    assert bundle.read_text().count("BEGIN CERTIFICATE") >= 2
+    assert proxy.ca_path.read_text().strip() in bundle.read_text()
