@@ -8,11 +8,12 @@ them with the upstream's write times and the proxy's records.
 Jobs:
   {"op": "streams", "proxy": URL|null, "streams": [SPEC...], "concurrent": bool}
       SPEC = {"url", "body" (str), "headers" {..}, "warmup" URL|null}
-      -> {"streams": [{"t_sent", "t_head", "status", "reads": [[t, nbytes]...],
+      -> {"streams": [{"t_sent", "w_sent" (wall clock), "t_head", "status", "reads": [[t, nbytes]...],
                        "events": [[t, tokens]...]}]}
   {"op": "gets", "proxy": URL|null, "url": URL, "n": int}
       -> {"latency_s": [...]}
   {"op": "quit"}
+Sequential streams and GETs reuse one keep-alive connection per proxy across jobs.
 
 Only the read loop runs while a stream is being timed: SSE parsing and token counting happen
 after the response ends, and the garbage collector is off during a stream, so the client's own
@@ -80,16 +81,18 @@ def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) 
     if gc_off:
         gc.disable()
     try:
-        t_sent = monotonic()
+        w_sent, t_sent = time.time(), monotonic()
         with client.stream("POST", spec["url"], content=body, headers=spec["headers"]) as r:
             t_head = monotonic()
             for chunk in r.iter_raw():
                 append((monotonic(), chunk))
             status = r.status_code
     finally:
-        gc.enable()
+        if gc_off:
+            gc.enable()
     return {
         "t_sent": t_sent,
+        "w_sent": w_sent,
         "t_head": t_head,
         "status": status,
         "reads": [(t, len(c)) for t, c in chunks],
@@ -97,17 +100,27 @@ def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) 
     }
 
 
+_clients: dict[str | None, httpx.Client] = {}
+
+
+def cached_client(proxy: str | None) -> httpx.Client:
+    """One keep-alive client per proxy, reused across jobs (no connection set-up per stream)."""
+    if proxy not in _clients:
+        _clients[proxy] = httpx.Client(proxy=proxy, timeout=TIMEOUT)
+    return _clients[proxy]
+
+
 def run_streams(job: dict[str, Any]) -> dict[str, Any]:
-    """Sequential streams on one keep-alive client, or all at once (one client per thread)."""
+    """Sequential streams on the proxy's keep-alive client, or all at once (a client each)."""
     specs: list[dict[str, Any]] = job["streams"]
     if not job.get("concurrent"):
-        with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
-            results = []
-            for spec in specs:
-                if spec.get("warmup"):
-                    client.get(spec["warmup"]).raise_for_status()
-                results.append(one_stream(client, spec))
-                gc.collect()
+        client = cached_client(job["proxy"])
+        results = []
+        for spec in specs:
+            if spec.get("warmup"):
+                client.get(spec["warmup"]).raise_for_status()
+            results.append(one_stream(client, spec))
+            gc.collect()
         return {"streams": results}
 
     results_c: list[dict[str, Any] | None] = [None] * len(specs)
@@ -133,16 +146,14 @@ def run_streams(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_gets(job: dict[str, Any]) -> dict[str, Any]:
-    """n GETs on one keep-alive connection (after one untimed warm-up); round-trip seconds."""
+    """n GETs on the proxy's keep-alive client; round-trip seconds of each."""
     out = []
-    with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
-        client.get(job["url"]).raise_for_status()
-        for _ in range(job["n"]):
-            t0 = monotonic()
-            r = client.get(job["url"])
-            r.read()
-            out.append(monotonic() - t0)
-            r.raise_for_status()
+    client = cached_client(job["proxy"])
+    for _ in range(job["n"]):
+        t0 = monotonic()
+        r = client.get(job["url"])
+        out.append(monotonic() - t0)
+        r.raise_for_status()
     return {"latency_s": out}
 
 

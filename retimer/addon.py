@@ -54,6 +54,7 @@ class Retimer:
         self.streams = 0
         self.log: RecordLog | None = None
         self.listeners: list[Listener] = []
+        self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -153,9 +154,14 @@ class Retimer:
         pacer = StreamPacer(adapter, timing, start, passthrough=self.profile.passthrough)
         flow.metadata["retimer"] = {"index": index, "protocol": adapter_cls.name}
         bridge.pace(flow, pacer, self._finished)
-        self._notify(self._record(flow, pacer, None, "streaming"))
+        self.active[flow.id] = (flow, pacer)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Records of the streams in flight, as they stand now (for the live view)."""
+        return [self._record(f, p, None, "streaming") for f, p in list(self.active.values())]
 
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
+        self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
         if self.log:
             self.log.write(record)

@@ -109,8 +109,8 @@ async def _run_proxy(args: argparse.Namespace) -> None:
     m.addons.add(termlog.TermLog(out=_StderrProxy()))
     m.addons.add(*default_addons())
     m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
-    view = LiveView()
     addon = Retimer()
+    view = LiveView(active=addon.snapshot)
     if not args.quiet:
         addon.listeners.append(view)
     try:
@@ -123,7 +123,6 @@ async def _run_proxy(args: argparse.Namespace) -> None:
         "confdir": DEFAULT_CONFDIR,
         "allow_hosts": allow_hosts(args.intercept),
         "termlog_verbosity": "warn",
-        "connection_strategy": "lazy",
         "retimer_profile": args.profile,
         "retimer_ttft": args.ttft,
         "retimer_tps": args.tps,
@@ -144,10 +143,19 @@ async def _run_proxy(args: argparse.Namespace) -> None:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
             pass
     view.start()
+    refresher = asyncio.create_task(_refresh(view)) if view.interactive else None
     try:
         await m.run()
     finally:
+        if refresher:
+            refresher.cancel()
         view.stop()
+
+
+async def _refresh(view: Any) -> None:
+    while True:
+        view.refresh()
+        await asyncio.sleep(0.25)
 
 
 class _StderrProxy:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -34,8 +35,14 @@ def plain_line(r: dict[str, Any]) -> str:
 class LiveView:
     """Receives records from the addon; shows active and recent streams."""
 
-    def __init__(self, out: TextIO | None = None, interactive: bool | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        interactive: bool | None = None,
+        active: Callable[[], list[dict[str, Any]]] = list,
+    ) -> None:
         self.out = out or sys.stdout
+        self.active = active  # records of the streams in flight, fetched at each refresh
         self.interactive = self.out.isatty() if interactive is None else interactive
         self.rows: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.console = Console(file=self.out)
@@ -43,14 +50,20 @@ class LiveView:
 
     def start(self) -> None:
         if self.interactive:
+            # refreshed from the proxy's event loop (see `refresh`), never from a thread:
+            # the records it reads are mutated there
             self.live = Live(
-                get_renderable=self.table,
+                self.table(),
                 console=self.console,
-                refresh_per_second=4,
+                auto_refresh=False,
                 redirect_stderr=True,
                 redirect_stdout=True,
             )
             self.live.start()
+
+    def refresh(self) -> None:
+        if self.live:
+            self.live.update(self.table(), refresh=True)
 
     def stop(self) -> None:
         if self.live:
@@ -70,7 +83,8 @@ class LiveView:
         for col in ("state", "format", "profile", "TTFT ms", "target", "tok/s", "target ",
                     "tokens", "url"):
             table.add_column(col, no_wrap=col != "url", overflow="ellipsis")
-        for r in reversed(self.rows.values()):
+        rows = [*self.active(), *reversed(self.rows.values())]
+        for r in rows[:MAX_ROWS]:
             em, tg = r["emitted"], r["target"]
             state = r["outcome"] + (" (upstream-bound)" if r.get("upstream_bound") else "")
             table.add_row(

@@ -37,6 +37,7 @@ class RetimerProxy:
 
     def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None) -> None:
         self.tmp = tmp
+        tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.confdir = tmp / "confdir"
         self.log_path = tmp / "records.jsonl"

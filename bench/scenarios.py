@@ -1,0 +1,264 @@
+"""The scenarios: fidelity on a fast upstream, jitter shape, overhead vs mitmdump, concurrency.
+
+Each takes the shared upstream and client and returns a JSON-ready dict. Proxies are started
+per scenario (a new `--tps` needs a new process) and stopped before the next one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from analysis import (added_latency, client_lateness_uniform, gap_shape, stream_fidelity,
+                      summarize_fidelity)
+from harness import (Client, FakeLLM, Mitmdump, RetimerProxy, cpu_seconds, make_anthropic_stream,
+                     make_openai_stream, pct, prose, stream_spec)
+from retimer.addon import build_profile
+from retimer.profile import Profile, load_profile
+
+FORMATS = ("openai", "anthropic")
+TTFT = "400ms"
+FIDELITY_PROFILE = "human-reading"  # one token per network event: lateness is per token
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to run: `--quick` (CI, < 2 min) or the full run."""
+
+    fidelity: tuple[tuple[float, int, int], ...]  # (tok/s, tokens per stream, streams per format)
+    jitter: tuple[int, int]  # (tokens per stream, streams)
+    overhead: tuple[int, int, int]  # (events per stream, streams per route, GETs per route)
+    concurrency: tuple[tuple[int, int], ...]  # (simultaneous streams, tokens each)
+
+
+FULL = Plan(
+    fidelity=((5, 60, 5), (40, 200, 5), (50, 200, 5), (500, 2000, 5), (2000, 4000, 5),
+              (5000, 10000, 3)),
+    jitter=(1000, 3),
+    overhead=(500, 20, 400),
+    concurrency=((10, 200), (50, 200)),
+)
+QUICK = Plan(
+    fidelity=((5, 25, 1), (40, 100, 1), (500, 1000, 1), (2000, 2000, 1)),
+    jitter=(400, 1),
+    overhead=(300, 5, 100),
+    concurrency=((10, 100),),
+)
+
+
+def _log(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def _retimer(tmp: Path, name: str, *args: str) -> RetimerProxy:
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    return RetimerProxy(d, "--quiet", *args)
+
+
+def _set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3) -> None:
+    text = prose(n_tokens, seed)
+    fake.openai_body = make_openai_stream(text, words_per_chunk=words_per_chunk)
+    fake.anthropic_body = make_anthropic_stream(text, words_per_chunk=words_per_chunk)
+
+
+def _paced_run(client: Client, fake: FakeLLM, proxy: RetimerProxy, profile: Profile, seed: int,
+               formats: tuple[str, ...], streams: int) -> dict[str, list[dict[str, Any]]]:
+    """Sequential streams through one proxy; per format, each stream's analysis."""
+    order = [fmt for _ in range(streams) for fmt in formats]
+    specs = [stream_spec(fake, fmt, f"{fmt}-{i}") for i, fmt in enumerate(order)]
+    results = client.streams(proxy.url, specs)
+    records = proxy.records(len(specs), timeout=30)
+    if len(records) != len(specs):
+        raise RuntimeError(f"{len(records)} records for {len(specs)} streams: {proxy.stderr()}")
+    out: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in formats}
+    for index, (fmt, res, rec) in enumerate(zip(order, results, records, strict=True)):
+        if res["status"] != 200:
+            raise RuntimeError(f"stream {index}: HTTP {res['status']}")
+        out[fmt].append(stream_fidelity(res, rec, profile, seed, index))
+    fake.clear()
+    return out
+
+
+def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
+    """Jitter 0, TTFT 400 ms, target rates from 5 to 5000 tok/s; the upstream sends everything
+    at once in 3 bursts, so the proxy alone decides the timing."""
+    fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
+    rows = []
+    for rate, tokens, streams in plan.fidelity:
+        _log(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats x {tokens} tokens")
+        _set_text(fake, tokens, seed)
+        args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
+                "--jitter", "0", "--seed", str(seed))
+        profile = build_profile(FIDELITY_PROFILE, TTFT, f"{rate:g}", "0")
+        with _retimer(tmp, f"fidelity-{rate:g}", *args) as proxy:
+            per_fmt = _paced_run(client, fake, proxy, profile, seed, FORMATS, streams)
+        for fmt, runs in per_fmt.items():
+            rows.append({"target_tps": rate, "format": fmt, **summarize_fidelity(runs),
+                         "per_stream": [_brief(s) for s in runs]})
+    return rows
+
+
+def _one_token_profile(name: str, directory: Path) -> tuple[Path, Profile]:
+    """A copy of a built-in profile with one token per network event, so inter-event gaps are
+    inter-token gaps (the timing keys are the built-in's own)."""
+    p = load_profile(name)
+    assert p.ttft is not None and p.tps is not None
+    data = {
+        "name": f"{p.name}-one-token", "source": f"bench copy of {p.name} with chunking {{1: 1.0}}",
+        "ttft": {k: f"{getattr(p.ttft, k) * 1000:.6f}ms" for k in ("p50", "p90", "p99")},
+        "decode": {"tps": p.tps, "gap": {"p90": p.gap[0], "p99": p.gap[1]}},
+        "chunking": {1: 1.0}, "jitter": p.jitter,
+    }
+    path = directory / f"{p.name}-one-token.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path, load_profile(str(path))
+
+
+def jitter(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> dict[str, Any]:
+    """The gpt-5 profile at its own rate with its default jitter (one token per event)."""
+    tokens, streams = plan.jitter
+    _log(f"jitter: gpt-5 profile, {streams} stream(s) x {tokens} tokens")
+    fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
+    _set_text(fake, tokens, seed + 1)
+    d = tmp / "jitter"
+    d.mkdir(parents=True, exist_ok=True)
+    path, profile = _one_token_profile("gpt-5", d)
+    with _retimer(tmp, "jitter", "--profile", str(path), "--seed", str(seed)) as proxy:
+        runs = _paced_run(client, fake, proxy, profile, seed, ("openai",), streams)["openai"]
+    return {"profile": profile.name, "target_tps": profile.tps, **summarize_fidelity(runs),
+            "gaps": gap_shape(runs, profile), "per_stream": [_brief(s) for s in runs]}
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    """A stream's analysis without the per-token arrays (they stay out of the JSON)."""
+    return {k: v for k, v in s.items() if k not in ("late_ms", "gaps_ms", "nominal_gaps_ms")}
+
+
+def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> dict[str, Any]:
+    """Passthrough retimer vs plain mitmdump (and no proxy), interleaved stream by stream."""
+    events, streams, gets = plan.overhead
+    _log(f"overhead: {streams} streams x {events} events per route, 2 ms apart; {gets} GETs")
+    fake.per_event_gap = 0.002
+    text = prose(events, seed + 2)
+    fake.openai_body = make_openai_stream(text, words_per_chunk=1)
+    d = tmp / "overhead"
+    d.mkdir(parents=True, exist_ok=True)
+    with Mitmdump(d) as md, _retimer(tmp, "overhead", "--profile", "passthrough") as rt:
+        assert md.proc and rt.proc
+        routes: dict[str, tuple[str | None, int | None]] = {
+            "direct": (None, None), "mitmdump": (md.url, md.proc.pid),
+            "retimer": (rt.url, rt.proc.pid)}
+        names = list(routes)
+        for name in names:  # warm-up: connections, imports, first-flow costs
+            proxy_url = routes[name][0]
+            client.streams(proxy_url, [stream_spec(fake, "openai", f"warm-{name}")])
+            client.gets(proxy_url, fake.url + "/v1/models", 5)
+        fake.clear()
+        idle = {n: _idle_cpu(pid) for n, (_, pid) in routes.items() if pid}
+        lat: dict[str, list[np.ndarray]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        for r in range(streams):
+            for name in names[r % 3:] + names[: r % 3]:  # rotate the order each round
+                proxy_url, pid = routes[name]
+                bench_id = f"{name}-{r}"
+                c0 = cpu_seconds(pid) if pid else 0.0
+                (res,) = client.streams(proxy_url, [stream_spec(fake, "openai", bench_id,
+                                                                warmup=False)])
+                if pid:
+                    cpu[name].append(cpu_seconds(pid) - c0)
+                (served,) = [s for s in fake.requests if s.headers.get("x-bench-id") == bench_id]
+                lat[name].append(added_latency(res, [(w.size, w.mono) for w in served.writes]))
+                fake.clear()
+        get_lat: dict[str, list[float]] = {n: [] for n in names}
+        get_cpu: dict[str, list[float]] = {n: [] for n in names}
+        block = 25
+        for b in range(max(1, gets // block)):
+            for name in names[b % 3:] + names[: b % 3]:
+                proxy_url, pid = routes[name]
+                c0 = cpu_seconds(pid) if pid else 0.0
+                get_lat[name] += client.gets(proxy_url, fake.url + "/v1/models", block)
+                if pid:
+                    get_cpu[name].append((cpu_seconds(pid) - c0) / block)
+        fake.clear()
+    out: dict[str, Any] = {"events_per_stream": events, "streams_per_route": streams,
+                           "upstream_gap_ms": 2.0, "idle_cpu_ms_per_s": idle, "routes": {}}
+    for name in names:
+        all_lat = np.concatenate(lat[name])
+        p50, p90, p99 = pct(all_lat, 50, 90, 99)
+        g50, g99 = pct(np.asarray(get_lat[name]) * 1000, 50, 99)
+        out["routes"][name] = {
+            "events": int(all_lat.size),
+            "added_ms": {"p50": p50, "p90": p90, "p99": p99, "max": float(all_lat.max()),
+                         "mean": float(all_lat.mean())},
+            "cpu_ms_per_stream": float(np.median(cpu[name]) * 1000) if cpu[name] else None,
+            "cpu_ms_per_stream_all": [round(c * 1000, 3) for c in cpu[name]],
+            "cpu_us_per_event": float(np.sum(cpu[name]) / all_lat.size * 1e6) if cpu[name] else None,
+            "get_ms": {"p50": g50, "p99": g99, "n": len(get_lat[name])},
+            "cpu_us_per_get": float(np.median(get_cpu[name]) * 1e6) if get_cpu[name] else None,
+        }
+    rt_, md_ = out["routes"]["retimer"], out["routes"]["mitmdump"]
+    out["retimer_minus_mitmdump_ms"] = {q: rt_["added_ms"][q] - md_["added_ms"][q]
+                                        for q in ("p50", "p90", "p99", "mean")}
+    out["cpu_ratio"] = (sum(cpu["retimer"]) / sum(cpu["mitmdump"])) if sum(cpu["mitmdump"]) else None
+    out["get_cpu_ratio"] = (rt_["cpu_us_per_get"] / md_["cpu_us_per_get"]
+                            if md_["cpu_us_per_get"] else None)
+    return out
+
+
+def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:
+    """CPU ms per second of an idle proxy (background timers)."""
+    assert pid
+    c0 = cpu_seconds(pid)
+    time.sleep(seconds)
+    return (cpu_seconds(pid) - c0) * 1000 / seconds
+
+
+def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
+    """N simultaneous streams at 50 tok/s (jitter 0), fast upstream: the proxy's records'
+    lateness, the client's, and the proxy's CPU."""
+    fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
+    rate = 50.0
+    rows = []
+    for n, tokens in plan.concurrency:
+        _log(f"concurrency: {n} simultaneous streams x {tokens} tokens at {rate:g} tok/s")
+        _set_text(fake, tokens, seed + 3)
+        args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
+                "--jitter", "0", "--seed", str(seed))
+        with _retimer(tmp, f"concurrency-{n}", *args) as proxy:
+            assert proxy.proc
+            fmts = itertools.islice(itertools.cycle(FORMATS), n)
+            specs = [stream_spec(fake, fmt, f"c{n}-{i}") for i, fmt in enumerate(fmts)]
+            c0, w0 = cpu_seconds(proxy.proc.pid), time.monotonic()
+            results = client.streams(proxy.url, specs, concurrent=True)
+            cpu, wall = cpu_seconds(proxy.proc.pid) - c0, time.monotonic() - w0
+            records = proxy.records(n, timeout=30)
+        fake.clear()
+        late_c = np.concatenate([client_lateness_uniform(r, rate) for r in results])
+        lp = [r["lateness_ms"] for r in records if r["lateness_ms"]]
+        ttft_p = [r["emitted"]["ttft_ms"] - 400.0 for r in records]
+        rate_p = [(r["emitted"]["tps"] / rate - 1) * 100 for r in records]
+        events = sum(len(r["events"]) for r in results)
+        c50, c99 = pct(late_c, 50, 99)
+        rows.append({
+            "streams": n, "tokens": tokens, "records": len(records),
+            "incomplete": sum(r["outcome"] != "complete" for r in records),
+            "upstream_bound": sum(bool(r["upstream_bound"]) for r in records),
+            "events_per_s": n * rate,
+            "late_proxy_ms": {"p50": float(np.median([x["p50"] for x in lp])),
+                              "p99_median": float(np.median([x["p99"] for x in lp])),
+                              "p99_worst": max(x["p99"] for x in lp),
+                              "max": max(x["max"] for x in lp)},
+            "late_client_ms": {"p50": c50, "p99": c99, "max": float(late_c.max())},
+            "proxy_ttft_err_ms": {"median": float(np.median(ttft_p)), "max": max(ttft_p)},
+            "proxy_rate_err_pct": {"median": float(np.median(rate_p)), "worst": max(rate_p, key=abs)},
+            "proxy_cpu_s": cpu, "wall_s": wall, "proxy_cpu_pct": cpu / wall * 100,
+            "cpu_us_per_event": cpu / max(1, events) * 1e6,
+        })
+    return rows
