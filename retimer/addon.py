@@ -19,7 +19,7 @@ import numpy as np
 from mitmproxy import ctx, exceptions, http
 
 from . import bridge
-from .encoding import decoding_adapter
+from .encoding import decoder_for
 from .hosts import is_llm_host
 from .pacer import StreamPacer
 from .profile import Profile, ProfileError, load_profile
@@ -132,8 +132,8 @@ class Retimer:
                     f" ({content_type}); passing it through unchanged"
                 )
             return
-        adapter = decoding_adapter(adapter_cls(), response.headers.get("content-encoding", ""))
-        if adapter is None:
+        decoder = decoder_for(response.headers.get("content-encoding", ""))
+        if decoder is None:
             logger.warning(
                 f"retimer: unknown content-encoding {response.headers.get('content-encoding')!r} "
                 f"from {request.pretty_host}; passing the stream through unchanged"
@@ -151,7 +151,9 @@ class Retimer:
         rng = np.random.default_rng([self.seed, index])
         timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
-        pacer = StreamPacer(adapter, timing, start, passthrough=self.profile.passthrough)
+        pacer = StreamPacer(
+            adapter_cls(), timing, start, passthrough=self.profile.passthrough, decoder=decoder
+        )
         flow.metadata["retimer"] = {"index": index, "protocol": adapter_cls.name}
         bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
@@ -197,6 +199,7 @@ class Retimer:
             "upstream_bound": (not self.profile.passthrough)
             and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
             "upstream_wait_ms": round(wait_ms, 3),
+            "fallback": pacer.failure,
         }
 
 

@@ -54,6 +54,7 @@ class PacedFlow:
     on_done: DoneCallback
     held_end: Any = None  # ResponseEndOfMessage waiting for the last bytes
     finished: bool = False
+    warned: bool = False
     wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
 
 
@@ -117,6 +118,13 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
     streaming = self.server_state == self.state_stream_response_body
     if isinstance(event, ResponseData) and streaming:
         paced.pacer.feed(event.data, time.monotonic())
+        if paced.pacer.failure and not paced.warned:
+            paced.warned = True
+            logger.warning(
+                f"retimer: cannot parse the {paced.pacer.adapter.name} stream from "
+                f"{self.flow.request.pretty_host} ({paced.pacer.failure}); "
+                "passing the rest through unchanged"
+            )
         yield from _emit(self, paced)
     elif isinstance(event, ResponseEndOfMessage) and streaming:
         paced.pacer.finish(time.monotonic())

@@ -1,85 +1,58 @@
-"""Content-Encoding, decoded incrementally in front of an adapter (sans-io).
+"""Content-Encoding, decoded incrementally as the body arrives (sans-io).
 
-A compressed stream cannot be split into timed events, so the body is decoded as it arrives
-and the re-timed response goes to the client without Content-Encoding.
+A compressed stream cannot be split into timed events, so the body is decoded before it is
+parsed and the re-timed response goes to the client without Content-Encoding.
 """
 
 from __future__ import annotations
 
-import logging
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import brotli
-
-from .protocols.base import Adapter, Event, RequestShape
 
 try:  # Python >= 3.14
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # mitmproxy depends on the backport below 3.14
     from backports import zstd  # type: ignore[no-redef]
 
-logger = logging.getLogger(__name__)
-
-Decompress = Callable[[bytes], bytes]
+Step = Callable[[bytes], bytes]
 
 
-def _decoder(encoding: str) -> Decompress | None:
-    if encoding in ("gzip", "x-gzip"):
+def _step(coding: str) -> Step | None:
+    if coding in ("gzip", "x-gzip"):
         return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress
-    if encoding == "deflate":
+    if coding == "deflate":
         return zlib.decompressobj().decompress
-    if encoding == "br":
+    if coding == "br":
         return brotli.Decompressor().process
-    if encoding == "zstd":
+    if coding == "zstd":
         return zstd.ZstdDecompressor().decompress
     return None
 
 
-class DecodingAdapter(Adapter):
-    """Decodes the body before handing it to the wrapped adapter."""
+class Decoder:
+    """Undoes a Content-Encoding chain chunk by chunk; raises ValueError on corrupt input."""
 
-    name = "decoding"
+    def __init__(self, steps: list[Step]) -> None:
+        self._steps = steps
 
-    def __init__(self, inner: Adapter, decompress: Sequence[Decompress]) -> None:
-        self.inner = inner
-        self.name = inner.name  # type: ignore[misc]
-        self._decompress = decompress
-        self._broken = False
-
-    @classmethod
-    def accepts(cls, request: RequestShape, content_type: str) -> bool:
-        return False
-
-    def feed(self, data: bytes) -> list[Event]:
-        if self._broken:
-            return [Event(raw=data)]
+    def decode(self, data: bytes) -> bytes:
         try:
-            for step in self._decompress:
+            for step in self._steps:
                 data = step(data)
-        except Exception as e:  # corrupt input: say so once, then forward what comes
-            logger.warning(f"retimer: cannot decode the response body ({e}); forwarding it raw")
-            self._broken = True
-            return [*self.inner.end(), Event(raw=data)]
-        return self.inner.feed(data) if data else []
-
-    def end(self) -> list[Event]:
-        return self.inner.end()
-
-    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
-        return self.inner.split(event, pieces)
+        except Exception as e:  # zlib.error, brotli.error, ZstdError: all mean corrupt input
+            raise ValueError(f"cannot decode the response body: {e}") from e
+        return data
 
 
-def decoding_adapter(adapter: Adapter, content_encoding: str) -> Adapter | None:
-    """`adapter` behind decoders for `content_encoding`; None when an encoding is unknown."""
+def decoder_for(content_encoding: str) -> Decoder | None:
+    """A decoder for the header's codings, a no-op one for identity, None when unknown."""
     codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-    codings = [c for c in codings if c != "identity"]
-    if not codings:
-        return adapter
-    steps: list[Decompress] = []
-    for coding in reversed(codings):  # the last-applied coding is undone first
-        step = _decoder(coding)
+    steps: list[Step] = []
+    for coding in reversed([c for c in codings if c != "identity"]):  # last applied first
+        step = _step(coding)
         if step is None:
             return None
         steps.append(step)
-    return DecodingAdapter(adapter, steps)
+    return Decoder(steps)

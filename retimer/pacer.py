@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from .encoding import Decoder
 from .metrics import StreamStats
 from .protocols.base import Adapter, Channel, Event
 from .scheduler import PassthroughScheduler, Scheduler, StreamTiming
@@ -37,8 +38,12 @@ class StreamPacer:
         start: float,
         *,
         passthrough: bool = False,
+        decoder: Decoder | None = None,
     ) -> None:
         self.adapter = adapter
+        self.decoder = decoder
+        self.failure: str | None = None  # set when the stream fell back to pass-through
+        self._unparsed = bytearray()  # bytes fed to the adapter that no event has covered yet
         self.timing = timing
         self.passthrough = passthrough
         self.scheduler: Scheduler = (
@@ -59,17 +64,39 @@ class StreamPacer:
     def feed(self, data: bytes, now: float) -> None:
         """Upstream bytes arrived at `now`."""
         self.stats.upstream_bytes(now)
-        for event in self.adapter.feed(data):
-            self._event(event, now)
+        if self.failure is None:
+            try:
+                if self.decoder is not None:
+                    data = self.decoder.decode(data)
+                self._unparsed += data
+                for event in self.adapter.feed(data):
+                    self._event(event, now)
+                return
+            except Exception as e:
+                self._fail_open(e, now)
+                return
+        self._push(Emission(now, data, 0, None))
 
     def finish(self, now: float) -> None:
         """The upstream ended cleanly at `now`: whatever is left goes out."""
         if self._finished:
             return
         self._finished = True
-        for event in self.adapter.end():
-            self._event(event, now)
+        if self.failure is None:
+            try:
+                for event in self.adapter.end():
+                    self._event(event, now)
+            except Exception as e:
+                self._fail_open(e, now)
         self._close_open()
+
+    def _fail_open(self, error: Exception, now: float) -> None:
+        """The stream cannot be parsed: send what is queued, then the rest as it came."""
+        self.failure = f"{type(error).__name__}: {error}"
+        self._close_open()
+        if self._unparsed:
+            self._push(Emission(now, bytes(self._unparsed), 0, None))
+        self._unparsed.clear()
 
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
@@ -114,6 +141,7 @@ class StreamPacer:
 
     # -- internals -----------------------------------------------------------------------
     def _event(self, event: Event, now: float) -> None:
+        del self._unparsed[: len(event.raw)]
         if not event.texts or not event.text:
             self._close_open()
             self._push(Emission(max(now, self._last_due), event.raw, 0, None))

@@ -165,3 +165,48 @@ def test_never_early_never_reordered_text_intact(kinds, arrivals, gap, ttft, chu
             assert e.due >= arrival[marker] - 1e-12
     assert b"".join(e.data for e in out).replace(b"T:", b"") .count(b"m") == len(kinds)
     assert text_of(b"".join(e.data for e in out)) == text_of(body)
+
+
+class BrokenAdapter(LineAdapter):
+    """Parses two chunks, then fails: the pacer must fall back to pass-through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def feed(self, data: bytes) -> list[Event]:
+        self.calls += 1
+        if self.calls == 3:
+            raise RuntimeError("boom")
+        return super().feed(data)
+
+
+def test_adapter_failure_falls_back_to_passthrough_without_losing_bytes() -> None:
+    pacer = StreamPacer(BrokenAdapter(), FixedTiming(0.5, 0.01), start=0.0)
+    chunks = [b"T: one two", b" three\nT: fo", b"ur\nT: five\n", b"tail"]
+    for i, chunk in enumerate(chunks):
+        pacer.feed(chunk, now=float(i))
+    pacer.finish(now=5.0)
+    out = drain(pacer)
+    sent = b"".join(e.data for e in out)
+    assert text_of(sent) == text_of(b"".join(chunks))
+    assert sent.endswith(b"T: four\nT: five\ntail")  # from the failure on, bytes as they came
+    assert pacer.failure is not None and "boom" in pacer.failure
+    dues = [e.due for e in out]
+    assert dues == sorted(dues)
+
+
+def test_gzip_body_is_decoded_before_parsing() -> None:
+    import zlib
+
+    from retimer.encoding import decoder_for
+
+    comp = zlib.compressobj(wbits=31)
+    body = comp.compress(BODY) + comp.flush()
+    decoder = decoder_for("gzip")
+    assert decoder is not None and decoder_for("compress") is None
+    pacer = StreamPacer(LineAdapter(), FixedTiming(0.1, 0.01), start=0.0, decoder=decoder)
+    for i in range(0, len(body), 7):
+        pacer.feed(body[i : i + 7], now=0.0)
+    pacer.finish(now=0.0)
+    assert text_of(b"".join(e.data for e in drain(pacer))) == text_of(BODY)

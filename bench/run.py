@@ -1,0 +1,102 @@
+"""Run the retimer benchmarks: `.venv/bin/python bench/run.py [--quick] [--update-doc]`.
+
+Starts a fake LLM upstream (tests/upstream.py), the real `retimer` CLI and plain `mitmdump`
+as subprocesses, and a measuring client in its own process (bench/client.py). Writes
+bench/results/<time>.json and bench/results/latest.{json,md}, prints the markdown tables, and
+with --update-doc replaces the results section of BENCHMARKS.md. Timing depends on the
+machine: compare numbers from one run, never across machines. Nothing here asserts timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import harness  # noqa: F401  (sets sys.path for tests/ and the repo)
+import scenarios
+from harness import Client, FakeLLM
+from report import render
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+DOC = HERE.parent / "BENCHMARKS.md"
+START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+SECTIONS = ("fidelity", "jitter", "overhead", "concurrency")
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    import httpx
+    from mitmproxy.version import VERSION
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
+        "python": platform.python_version(), "mitmproxy": VERSION, "httpx": httpx.__version__,
+        "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+
+
+def update_doc(markdown: str) -> None:
+    """Replace the text between the result markers in BENCHMARKS.md."""
+    text = DOC.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{DOC} has no {START} ... {END} section")
+    new = re.sub(re.escape(START) + r".*?" + re.escape(END),
+                 lambda _: f"{START}\n{markdown}{END}", text, flags=re.S)
+    DOC.write_text(new)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small run for CI (< 2 minutes)")
+    ap.add_argument("--only", action="append", choices=SECTIONS,
+                    help="run only this section (repeatable)")
+    ap.add_argument("--seed", type=int, default=7, help="seed for texts and the proxies' timing")
+    ap.add_argument("--update-doc", action="store_true",
+                    help="write the tables into BENCHMARKS.md between its result markers")
+    args = ap.parse_args()
+    plan = scenarios.QUICK if args.quick else scenarios.FULL
+    sections = args.only or list(SECTIONS)
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
+                           "seed": args.seed, "machine": machine(), "plan": plan.__dict__}
+    with tempfile.TemporaryDirectory(prefix="retimer-bench-") as td, \
+            FakeLLM(bursts=3) as fake, Client() as client:
+        tmp = Path(td)
+        for name in sections:
+            res[name] = getattr(scenarios, name)(client, fake, tmp, plan, args.seed)
+    res["duration_s"] = time.monotonic() - t0
+    res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    markdown = render(res)
+    RESULTS.mkdir(exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%S")
+    for path in (RESULTS / f"{stamp}{'-quick' if args.quick else ''}.json", RESULTS / "latest.json"):
+        path.write_text(json.dumps(res, indent=1, default=float))
+    (RESULTS / "latest.md").write_text(markdown)
+    print(markdown)
+    print(f"[bench] results: {RESULTS / 'latest.json'} ({res['duration_s']:.0f} s)", file=sys.stderr)
+    if args.update_doc:
+        update_doc(markdown)
+        print(f"[bench] updated {DOC}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
