@@ -92,6 +92,25 @@ def _validate(args: argparse.Namespace) -> None:
     for item in args.sets:
         if "=" not in item:
             fail(f"--set: expected KEY=VALUE, got {item!r}")
+    _check_port(args.listen_host, args.listen_port)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Say plainly when the address is taken, before mitmproxy's longer message."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as e:
+        fail(f"--listen-host: cannot resolve {host!r} ({e.strerror})")
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as e:
+            hint = f" (try --listen-port {port + 1})" if e.errno == 98 else ""
+            fail(f"--listen-port: cannot listen on {host}:{port}: {e.strerror}{hint}")
 
 
 async def _run_proxy(args: argparse.Namespace) -> None:
@@ -185,6 +204,11 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
     ttft = "as upstream" if profile.passthrough else f"{profile.ttft.p50 * 1000:.0f} ms median"
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
+    if args.listen_host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"  [bold red]warning[/bold red]: {args.listen_host} is reachable from other machines; "
+            "anyone who can reach it can use this proxy"
+        )
     console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
     console.print(f"  CA cert  {ca}")
     console.print(f"  bundle   {bundle} (system roots + the CA, for SDKs and CLIs)")
