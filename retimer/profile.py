@@ -196,7 +196,9 @@ class Profile:
         r_ttft, r_gap, r_chunk = rng.spawn(3)
         ttft = sample_ttft(self.ttft, r_ttft, self.jitter)
         gaps = GapSampler(self.tps, self.gap[0], self.gap[1], r_gap, jitter=self.jitter)
-        return StreamTiming(ttft, gaps, ChunkSampler(dict(self.chunking), r_chunk))
+        # jitter 0 is a metronome: every token its own network event, exactly on its slot
+        chunking = dict(self.chunking) if self.jitter > 0 else {1: 1.0}
+        return StreamTiming(ttft, gaps, ChunkSampler(chunking, r_chunk))
 
 
 # ---------------------------------------------------------------- loading

@@ -174,3 +174,7 @@ def test_records_are_json_lines(fake: FakeLLM, proxy: RetimerProxy):
     assert [r["stream"] for r in records] == [0, 1]
     for line in proxy.log_path.read_text().splitlines():
         json.loads(line)
+    # stdout is not a terminal here: one plain line per finished stream
+    lines = [x for x in proxy.stdout().splitlines() if x.startswith("complete ")]
+    assert len(lines) == 2
+    assert all("openai-chat" in x and "openai-gpt-5" in x and "tok/s" in x for x in lines)

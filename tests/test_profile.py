@@ -305,3 +305,18 @@ def test_profile_needs_timing_unless_passthrough() -> None:
     with pytest.raises(ProfileError):
         Profile("x")
     assert Profile("y", passthrough=True).passthrough
+
+
+def test_jitter_zero_is_a_metronome() -> None:
+    """--jitter 0: TTFT at its median, every gap 1/tps, one token per network event."""
+    import numpy as np
+
+    from retimer.profile import load_profile
+
+    profile = load_profile("cerebras").with_overrides(ttft="400ms", tps="40", jitter="0")
+    timing = profile.stream_timing(np.random.default_rng(1))
+    assert timing.ttft == 0.4
+    assert {timing.gap() for _ in range(500)} == {1 / 40}
+    assert {timing.chunk_size() for _ in range(500)} == {1}
+    jittery = load_profile("cerebras").stream_timing(np.random.default_rng(1))
+    assert len({jittery.chunk_size() for _ in range(500)}) > 1
