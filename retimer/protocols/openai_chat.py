@@ -18,13 +18,12 @@ and the last piece carries finish_reason, logprobs, usage and the choice's other
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
-from .base import Adapter, Channel, Event, RequestShape
+from ..sse import SSEEvent, is_event_stream
+from .base import Channel, Event, RequestShape
+from .sse_json import SSEJSONAdapter, request_path
 
 __all__ = ["OpenAIChatAdapter"]
 
@@ -66,71 +65,26 @@ class _Scan:
     atomic: bool = False
 
 
-class OpenAIChatAdapter(Adapter):
+class OpenAIChatAdapter(SSEJSONAdapter):
     """Adapter for `POST .../chat/completions` with `stream: true`."""
 
     name: ClassVar[str] = "openai-chat"
 
-    def __init__(self) -> None:
-        self._parser = SSEParser()
-
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to a path ending in /chat/completions, answered with an event stream."""
-        path = request.path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
         return (
             request.method.upper() == "POST"
-            and path.endswith("/chat/completions")
+            and request_path(request.path).endswith("/chat/completions")
             and is_event_stream(content_type)
         )
 
-    def feed(self, data: bytes) -> list[Event]:
-        """Parse more upstream bytes into events."""
-        return [self._classify(sse) for sse in self._parser.feed(data)]
-
-    def end(self) -> list[Event]:
-        """Return what is left; an unterminated trailing event is passed on as is."""
-        return [self._classify(sse) for sse in self._parser.end()]
-
-    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
-        """Serialise `event` as one chunk per piece (see the module docstring for placement)."""
-        target = event.payload
-        if not event.splittable or not isinstance(target, _Target):
-            raise ValueError("event is not splittable")
-        if not pieces or "".join(pieces) != event.text:
-            raise ValueError("pieces do not add up to the event's text")
-        if len(pieces) == 1:
-            return [event.raw]
-        sse = target.sse
-        last = len(pieces) - 1
-        out: list[bytes] = []
-        for i, piece in enumerate(pieces):
-            obj = _piece(target, piece, first=i == 0, last=i == last)
-            out.append(
-                format_event(
-                    sse.event,
-                    _dumps(obj),
-                    sse.newline,
-                    event_id=sse.id if i == last else None,
-                    retry=sse.retry if i == 0 else None,
-                )
-            )
-        out[0] = sse.preamble + out[0]
-        return out
+    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+        """See the module docstring for what goes on the first and the last piece."""
+        return _piece(target, piece, first=first, last=last)
 
     # -- classification --------------------------------------------------------------
-    @staticmethod
-    def _classify(sse: SSEEvent) -> Event:
-        """Turn an SSE event into an Event; anything unexpected becomes a non-token event."""
-        if not sse.complete or not sse.data or sse.data == "[DONE]":
-            return Event(raw=sse.raw)
-        try:
-            sse.raw.decode("utf-8")
-            obj = json.loads(sse.data)
-        except (ValueError, RecursionError):
-            return Event(raw=sse.raw)
-        if not isinstance(obj, dict):
-            return Event(raw=sse.raw)
+    def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
         scan = _scan_chunk(sse, obj)
         if not scan.texts:
             return Event(raw=sse.raw)
@@ -298,13 +252,3 @@ def _details(t: _Target, details: list[Any], piece: str, *, first: bool) -> list
     out = list(details)
     out[t.detail] = {**entry, t.detail_field: piece}
     return out
-
-
-def _dumps(obj: Any) -> str:
-    """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
-    return text

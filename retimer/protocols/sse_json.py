@@ -1,0 +1,96 @@
+"""What every SSE-framed JSON stream adapter shares: framing, decoding, and split output.
+
+A subclass says which events carry tokens (`classify`) and what one piece of a split event
+looks like (`piece`); this base parses the frames, guards against malformed data, and writes
+the pieces as SSE events with the original event name, line ending, `id` and `retry`.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..sse import SSEEvent, SSEParser, format_event
+from .base import Adapter, Event
+
+
+class SplitTarget(Protocol):
+    """An adapter's record of a splittable event: at least the SSE event it came from."""
+
+    sse: SSEEvent
+
+
+class SSEJSONAdapter(Adapter):
+    """Base class of adapters for `data: {json}` event streams."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Parse more upstream bytes into events."""
+        return [self._event(sse) for sse in self._parser.feed(data)]
+
+    def end(self) -> list[Event]:
+        """Return what is left; an unterminated trailing event is passed on as is."""
+        return [self._event(sse) for sse in self._parser.end()]
+
+    def _event(self, sse: SSEEvent) -> Event:
+        """Decode the JSON payload; anything malformed becomes a non-token event."""
+        if not sse.complete or not sse.data or sse.data == "[DONE]":
+            return Event(raw=sse.raw)
+        try:
+            sse.raw.decode("utf-8")
+            obj = json.loads(sse.data)
+        except (ValueError, RecursionError):
+            return Event(raw=sse.raw)
+        if not isinstance(obj, dict):
+            return Event(raw=sse.raw)
+        return self.classify(sse, obj)
+
+    @abstractmethod
+    def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
+        """The Event for one decoded JSON object (payload: a SplitTarget when splittable)."""
+
+    @abstractmethod
+    def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+        """The JSON object of one piece of a split event."""
+
+    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        target = event.payload
+        if not event.splittable or target is None:
+            raise ValueError("event is not splittable")
+        if not pieces or "".join(pieces) != event.text:
+            raise ValueError("pieces do not add up to the event's text")
+        if len(pieces) == 1:
+            return [event.raw]
+        sse: SSEEvent = target.sse
+        last = len(pieces) - 1
+        out = [
+            format_event(
+                sse.event,
+                dumps(self.piece(target, piece, first=i == 0, last=i == last)),
+                sse.newline,
+                event_id=sse.id if i == last else None,
+                retry=sse.retry if i == 0 else None,
+            )
+            for i, piece in enumerate(pieces)
+        ]
+        out[0] = sse.preamble + out[0]
+        return out
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def request_path(path: str) -> str:
+    """The path without query, fragment or trailing slash, for `accepts` checks."""
+    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
