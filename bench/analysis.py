@@ -4,10 +4,11 @@ Definitions (client side; all times `time.monotonic()` seconds from bench/client
 - client TTFT: first token-bearing event's arrival minus the moment the request was sent.
 - achieved rate: (N - 1) / (t_last - t_first), N tokens counted with retimer's splitter
   (Artificial Analysis / AIPerf definition).
-- lateness of an event: its arrival minus the nominal due time of its last token, where the
-  nominal schedule is t_first + (sum of the first i drawn gaps); with --jitter 0 every gap is
-  1/rate, so this is t_first + i/rate. The draws are reproduced from the proxy's seed and the
-  stream's ordinal exactly as `Profile.stream_timing` makes them.
+- lateness of an event: its arrival minus the nominal due time of its last token i, where the
+  nominal first-token time is the request's arrival at the proxy + the target TTFT and token i
+  is due (sum of the first i drawn gaps) later; with --jitter 0 every gap is 1/rate, so this
+  is first-token time + i/rate. The draws are reproduced from the proxy's seed and the
+  stream's ordinal (the record's `stream`) exactly as `Profile.stream_timing` makes them.
 """
 
 from __future__ import annotations
@@ -34,21 +35,29 @@ def wall_of(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
 
 
-def stream_fidelity(res: dict[str, Any], rec: dict[str, Any], profile: Profile, seed: int,
-                    index: int) -> dict[str, Any]:
-    """Timing of one paced stream at the client, next to the proxy's own record of it."""
+def stream_fidelity(res: dict[str, Any], rec: dict[str, Any], profile: Profile,
+                    seed: int) -> dict[str, Any]:
+    """Timing of one paced stream at the client, next to the proxy's own record of it.
+
+    Two client lateness figures: against the proxy's schedule (the request's arrival at the
+    proxy + TTFT + drawn gaps, mapped to the client's clock through the shared wall and
+    monotonic clocks), and against the client's own first token (t_first + offsets), which
+    hides the first token's own error.
+    """
     times = np.array([t for t, _ in res["events"]])
     counts = np.array([n for _, n in res["events"]])
     n = int(counts.sum())
-    ttft_target, offsets = nominal_offsets(profile, seed, index, n)
+    ttft_target, offsets = nominal_offsets(profile, seed, rec["stream"], n)
     last_idx = np.cumsum(counts) - 1
     t0 = times[0]
-    late_ms = (times - (t0 + offsets[last_idx])) * 1000
+    start = wall_of(rec["time"]) - (res["w_sent"] - res["t_sent"])  # proxy start, monotonic
+    late_ms = (times - (start + ttft_target + offsets[last_idx])) * 1000
+    late_rel_ms = (times - (t0 + offsets[last_idx])) * 1000
     span = times[-1] - t0
     rate = (n - 1) / span if span > 0 else float("nan")
     assert profile.tps is not None
     client_ttft = (t0 - res["t_sent"]) * 1000
-    request_ms = (wall_of(rec["time"]) - res["w_sent"]) * 1000
+    request_ms = (start - res["t_sent"]) * 1000
     em = rec["emitted"]
     return {
         "tokens": n,
@@ -66,7 +75,9 @@ def stream_fidelity(res: dict[str, Any], rec: dict[str, Any], profile: Profile, 
         "client_rate_err_pct": (rate / profile.tps - 1) * 100,
         "proxy_rate_err_pct": (em["tps"] / profile.tps - 1) * 100 if em["tps"] else None,
         "late_ms": late_ms.round(4).tolist(),
-        "late_client": dict(zip(("p50", "p99", "max"), [*pct(late_ms, 50, 99), float(late_ms.max())])),
+        "late_rel_ms": late_rel_ms.round(4).tolist(),
+        "late_client": _p50_p99_max(late_ms),
+        "late_client_rel": _p50_p99_max(late_rel_ms),
         "late_proxy": rec["lateness_ms"],
         "gaps_ms": (np.diff(times) * 1000).round(4).tolist(),
         "nominal_gaps_ms": (np.diff(offsets) * 1000).round(4).tolist(),
@@ -75,11 +86,16 @@ def stream_fidelity(res: dict[str, Any], rec: dict[str, Any], profile: Profile, 
     }
 
 
+def _p50_p99_max(values: np.ndarray) -> dict[str, float]:
+    p50, p99 = pct(values, 50, 99)
+    return {"p50": p50, "p99": p99, "max": float(np.max(values))}
+
+
 def summarize_fidelity(streams: list[dict[str, Any]]) -> dict[str, Any]:
-    """One table row from several streams: per-stream TTFT/rate errors, pooled client lateness,
-    the proxy's per-stream lateness summarised as median p50, median p99 and overall max."""
+    """One table row from several streams: per-stream TTFT and rate errors, pooled client
+    lateness, the proxy's per-stream lateness as median p50, median p99 and overall max."""
     late = np.concatenate([np.asarray(s["late_ms"]) for s in streams])
-    c50, c99 = pct(late, 50, 99)
+    late_rel = np.concatenate([np.asarray(s["late_rel_ms"]) for s in streams])
     proxy = [s["late_proxy"] for s in streams if s["late_proxy"]]
     ttft_c = [s["client_ttft_err_ms"] for s in streams]
     ttft_p = [s["proxy_ttft_err_ms"] for s in streams]
@@ -97,10 +113,12 @@ def summarize_fidelity(streams: list[dict[str, Any]]) -> dict[str, Any]:
         "proxy_to_client_ms": _med([s["proxy_to_client_ms"] for s in streams]),
         "client_rate_err_pct": {"median": _med(rate), "worst": max(rate, key=abs)},
         "proxy_rate_err_pct": {"median": _med(prate), "worst": max(prate, key=abs)} if prate else None,
-        "late_client_ms": {"p50": c50, "p99": c99, "max": float(late.max()), "min": float(late.min())},
+        "late_client_ms": _p50_p99_max(late),
+        "late_client_rel_ms": _p50_p99_max(late_rel),
         "late_proxy_ms": {
             "p50": _med([p["p50"] for p in proxy]),
             "p99": _med([p["p99"] for p in proxy]),
+            "p99_worst": max(p["p99"] for p in proxy),
             "max": max(p["max"] for p in proxy),
         } if proxy else None,
     }
@@ -139,13 +157,6 @@ def added_latency(res: dict[str, Any], writes: list[tuple[int, float]]) -> np.nd
         raise ValueError(f"client read {got[-1] if got.size else 0} of {ends[-1]} bytes")
     idx = np.searchsorted(got, ends, side="left")
     return (t[idx] - sent) * 1000
-
-
-def client_lateness_uniform(res: dict[str, Any], rate: float) -> np.ndarray:
-    """Lateness (ms) against t_first + i/rate: for jitter-0 streams whose draws are not replayed."""
-    times = np.array([t for t, _ in res["events"]])
-    idx = np.cumsum([n for _, n in res["events"]]) - 1
-    return (times - (times[0] + idx / rate)) * 1000
 
 
 def _med(values: list[float]) -> float:

@@ -32,8 +32,8 @@ from upstream import FakeLLM, make_anthropic_stream, make_openai_stream  # noqa:
 
 from retimer.tokenizer import count_tokens  # noqa: E402
 
-__all__ = ["Client", "FakeLLM", "Mitmdump", "RetimerProxy", "cpu_seconds", "make_anthropic_stream",
-           "make_openai_stream", "pct", "prose", "stream_spec"]
+__all__ = ["Client", "FakeLLM", "Mitmdump", "RetimerProxy", "bench_id_of", "cpu_seconds",
+           "make_anthropic_stream", "make_openai_stream", "pct", "prose", "stream_spec"]
 
 MITMDUMP = Path(sys.executable).with_name("mitmdump")
 
@@ -74,7 +74,11 @@ def prose(n_tokens: int, seed: int = 0) -> str:
 
 def stream_spec(fake: FakeLLM, fmt: str, bench_id: str, *, warmup: bool = True,
                 headers: dict[str, str] | None = None) -> dict[str, Any]:
-    """A client job item: one streaming request of format "openai" or "anthropic"."""
+    """A client job item: one streaming request of format "openai" or "anthropic".
+
+    `bench_id` goes into the query (`?bench=ID`, which the upstream ignores and the proxy's
+    record keeps in its URL) and into an `x-bench-id` header (which the upstream records).
+    """
     if fmt == "openai":
         url = fake.url + "/v1/chat/completions"
         body = {"model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -83,8 +87,13 @@ def stream_spec(fake: FakeLLM, fmt: str, bench_id: str, *, warmup: bool = True,
         body = {"model": "claude-test", "stream": True, "max_tokens": 4096,
                 "messages": [{"role": "user", "content": "hi"}]}
     hdrs = {"content-type": "application/json", "x-bench-id": bench_id, **(headers or {})}
-    return {"url": url, "body": json.dumps(body), "headers": hdrs,
+    return {"url": f"{url}?bench={bench_id}", "body": json.dumps(body), "headers": hdrs,
             "warmup": fake.url + "/warmup" if warmup else None}
+
+
+def bench_id_of(record: dict[str, Any]) -> str:
+    """The bench id a proxy record belongs to (from its URL's query)."""
+    return record["url"].rsplit("bench=", 1)[-1].split("&", 1)[0]
 
 
 def cpu_seconds(pid: int) -> float:

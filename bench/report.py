@@ -19,24 +19,39 @@ def _trio(d: dict[str, float] | None, keys: tuple[str, ...] = ("p50", "p99", "ma
     return " / ".join(_f(d[k], digits, signed=True) for k in keys)
 
 
+def _mw(d: dict[str, float], worst: str = "max", digits: int = 2) -> str:
+    return f"{_f(d['median'], digits, True)} / {_f(d[worst], digits, True)}"
+
+
 def fidelity_table(rows: list[dict[str, Any]]) -> str:
-    head = ("| target tok/s | format | streams x tokens | TTFT err client ms (median / max) "
-            "| TTFT err proxy ms (median / max) | rate err % client (median / worst) "
-            "| rate err % proxy record | lateness client ms (p50 / p99 / max) "
-            "| lateness proxy record ms (p50 / p99 / max) |")
-    lines = [head, "|" + "---|" * 9]
+    """Two tables: TTFT and rate; then lateness (client vs schedule, vs own first token, proxy)."""
+    lines = [
+        "| target tok/s | format | streams x tokens | TTFT err client ms (median / max) "
+        "| of which request -> proxy ms | TTFT err proxy ms (median / max) "
+        "| first token proxy -> client ms | rate err % client (median / worst) "
+        "| rate err % proxy (median / worst) |",
+        "|" + "---|" * 9,
+    ]
     for r in rows:
         pr = r["proxy_rate_err_pct"]
         lines.append(
             f"| {r['target_tps']:g} | {r['format']} | {r['streams']} x {r['tokens']} "
-            f"| {_f(r['client_ttft_err_ms']['median'], 2, True)} / "
-            f"{_f(r['client_ttft_err_ms']['max'], 2, True)} "
-            f"| {_f(r['proxy_ttft_err_ms']['median'], 2, True)} / "
-            f"{_f(r['proxy_ttft_err_ms']['max'], 2, True)} "
-            f"| {_f(r['client_rate_err_pct']['median'], 3, True)} / "
-            f"{_f(r['client_rate_err_pct']['worst'], 3, True)} "
-            f"| {_f(pr['median'], 3, True) if pr else '-'} "
-            f"| {_trio(r['late_client_ms'])} | {_trio(r['late_proxy_ms'])} |"
+            f"| {_mw(r['client_ttft_err_ms'])} | {_f(r['request_to_proxy_ms'])} "
+            f"| {_mw(r['proxy_ttft_err_ms'])} | {_f(r['proxy_to_client_ms'])} "
+            f"| {_mw(r['client_rate_err_pct'], 'worst', 3)} "
+            f"| {_mw(pr, 'worst', 3) if pr else '-'} |"
+        )
+    lines += [
+        "",
+        "| target tok/s | format | lateness client vs schedule ms (p50 / p99 / max) "
+        "| lateness client vs its first token ms (p50 / p99 / max) "
+        "| lateness proxy record ms (median p50 / median p99 / max) |",
+        "|" + "---|" * 5,
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['target_tps']:g} | {r['format']} | {_trio(r['late_client_ms'])} "
+            f"| {_trio(r['late_client_rel_ms'])} | {_trio(r['late_proxy_ms'])} |"
         )
     return "\n".join(lines)
 
@@ -61,7 +76,7 @@ def jitter_table(j: dict[str, Any]) -> str:
         f"(max {_f(j['client_ttft_err_ms']['max'], 2, True)}) against each stream's drawn TTFT; "
         f"rate err {_f(j['client_rate_err_pct']['median'], 3, True)} % median "
         f"(worst {_f(j['client_rate_err_pct']['worst'], 3, True)}); lateness against the drawn "
-        f"schedule, client p50/p99/max {_trio(j['late_client_ms'])} ms, proxy record "
+        f"schedule, client p50 / p99 / max {_trio(j['late_client_ms'])} ms, proxy record "
         f"{_trio(j['late_proxy_ms'])} ms.",
     ]
     return "\n".join(lines)
@@ -97,21 +112,20 @@ def overhead_table(o: dict[str, Any]) -> str:
 
 def concurrency_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| streams | events/s | lateness proxy record ms (median p50 / median p99 / worst p99 "
-        "/ max) | lateness client ms (p50 / p99 / max) | TTFT err proxy ms (median / max) "
-        "| rate err % proxy (median / worst) | proxy CPU % of a core | CPU us per event |",
-        "|---|---|---|---|---|---|---|---|",
+        "| streams | events/s | lateness client vs schedule ms (p50 / p99 / max) "
+        "| lateness proxy record ms (median p50 / median p99 / worst p99 / max) "
+        "| TTFT err client ms (median / max) | of which request -> proxy ms "
+        "| TTFT err proxy ms (median / max) | rate err % client (median / worst) "
+        "| proxy CPU % of a core | CPU us per event |",
+        "|" + "---|" * 10,
     ]
     for r in rows:
         lp = r["late_proxy_ms"]
         lines.append(
-            f"| {r['streams']} | {r['events_per_s']:g} | {_f(lp['p50'], 2, True)} / "
-            f"{_f(lp['p99_median'], 2, True)} / {_f(lp['p99_worst'], 2, True)} / "
-            f"{_f(lp['max'], 2, True)} | {_trio(r['late_client_ms'])} "
-            f"| {_f(r['proxy_ttft_err_ms']['median'], 2, True)} / "
-            f"{_f(r['proxy_ttft_err_ms']['max'], 2, True)} "
-            f"| {_f(r['proxy_rate_err_pct']['median'], 3, True)} / "
-            f"{_f(r['proxy_rate_err_pct']['worst'], 3, True)} "
+            f"| {r['streams']} | {r['events_per_s']:g} | {_trio(r['late_client_ms'])} "
+            f"| {_trio(lp, ('p50', 'p99', 'p99_worst', 'max'))} "
+            f"| {_mw(r['client_ttft_err_ms'])} | {_f(r['request_to_proxy_ms'])} "
+            f"| {_mw(r['proxy_ttft_err_ms'])} | {_mw(r['client_rate_err_pct'], 'worst', 3)} "
             f"| {_f(r['proxy_cpu_pct'], 1)} | {_f(r['cpu_us_per_event'], 0)} |"
         )
     return "\n".join(lines)

@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis import (added_latency, client_lateness_uniform, gap_shape, stream_fidelity,
-                      summarize_fidelity)
-from harness import (Client, FakeLLM, Mitmdump, RetimerProxy, cpu_seconds, make_anthropic_stream,
-                     make_openai_stream, pct, prose, stream_spec)
+from analysis import added_latency, gap_shape, stream_fidelity, summarize_fidelity
+from harness import (Client, FakeLLM, Mitmdump, RetimerProxy, bench_id_of, cpu_seconds,
+                     make_anthropic_stream, make_openai_stream, pct, prose, stream_spec)
 from retimer.addon import build_profile
 from retimer.profile import Profile, load_profile
 
@@ -68,21 +67,30 @@ def _set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3)
     fake.anthropic_body = make_anthropic_stream(text, words_per_chunk=words_per_chunk)
 
 
+def _analyse(specs: list[dict[str, Any]], results: list[dict[str, Any]], proxy: RetimerProxy,
+             profile: Profile, seed: int) -> list[dict[str, Any]]:
+    """Each stream's analysis, next to its proxy record (matched by the bench id in its URL)."""
+    records = {bench_id_of(r): r for r in proxy.records(len(specs), timeout=30)}
+    out = []
+    for spec, res in zip(specs, results, strict=True):
+        bench_id = spec["headers"]["x-bench-id"]
+        if res["status"] != 200 or bench_id not in records:
+            raise RuntimeError(f"{bench_id}: HTTP {res['status']}, record: {bench_id in records}; "
+                               f"{proxy.stderr()[-2000:]}")
+        out.append(stream_fidelity(res, records[bench_id], profile, seed))
+    return out
+
+
 def _paced_run(client: Client, fake: FakeLLM, proxy: RetimerProxy, profile: Profile, seed: int,
                formats: tuple[str, ...], streams: int) -> dict[str, list[dict[str, Any]]]:
     """Sequential streams through one proxy; per format, each stream's analysis."""
     order = [fmt for _ in range(streams) for fmt in formats]
     specs = [stream_spec(fake, fmt, f"{fmt}-{i}") for i, fmt in enumerate(order)]
-    results = client.streams(proxy.url, specs)
-    records = proxy.records(len(specs), timeout=30)
-    if len(records) != len(specs):
-        raise RuntimeError(f"{len(records)} records for {len(specs)} streams: {proxy.stderr()}")
-    out: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in formats}
-    for index, (fmt, res, rec) in enumerate(zip(order, results, records, strict=True)):
-        if res["status"] != 200:
-            raise RuntimeError(f"stream {index}: HTTP {res['status']}")
-        out[fmt].append(stream_fidelity(res, rec, profile, seed, index))
+    analysed = _analyse(specs, client.streams(proxy.url, specs), proxy, profile, seed)
     fake.clear()
+    out: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in formats}
+    for fmt, a in zip(order, analysed, strict=True):
+        out[fmt].append(a)
     return out
 
 
@@ -220,16 +228,18 @@ def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:
     return (cpu_seconds(pid) - c0) * 1000 / seconds
 
 
-def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
-    """N simultaneous streams at 50 tok/s (jitter 0), fast upstream: the proxy's records'
-    lateness, the client's, and the proxy's CPU."""
+def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
+                seed: int) -> list[dict[str, Any]]:
+    """N simultaneous streams at 50 tok/s (jitter 0, both formats), fast upstream: lateness at
+    the client and in the records, and the proxy's CPU (connection set-up included)."""
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
-    rate = 50.0
+    rate = "50"
+    profile = build_profile(FIDELITY_PROFILE, TTFT, rate, "0")
     rows = []
     for n, tokens in plan.concurrency:
-        _log(f"concurrency: {n} simultaneous streams x {tokens} tokens at {rate:g} tok/s")
+        _log(f"concurrency: {n} simultaneous streams x {tokens} tokens at {rate} tok/s")
         _set_text(fake, tokens, seed + 3)
-        args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
+        args = ("--profile", FIDELITY_PROFILE, "--tps", rate, "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
         with _retimer(tmp, f"concurrency-{n}", *args) as proxy:
             assert proxy.proc
@@ -238,27 +248,11 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int)
             c0, w0 = cpu_seconds(proxy.proc.pid), time.monotonic()
             results = client.streams(proxy.url, specs, concurrent=True)
             cpu, wall = cpu_seconds(proxy.proc.pid) - c0, time.monotonic() - w0
-            records = proxy.records(n, timeout=30)
+            analysed = _analyse(specs, results, proxy, profile, seed)
         fake.clear()
-        late_c = np.concatenate([client_lateness_uniform(r, rate) for r in results])
-        lp = [r["lateness_ms"] for r in records if r["lateness_ms"]]
-        ttft_p = [r["emitted"]["ttft_ms"] - 400.0 for r in records]
-        rate_p = [(r["emitted"]["tps"] / rate - 1) * 100 for r in records]
-        events = sum(len(r["events"]) for r in results)
-        c50, c99 = pct(late_c, 50, 99)
-        rows.append({
-            "streams": n, "tokens": tokens, "records": len(records),
-            "incomplete": sum(r["outcome"] != "complete" for r in records),
-            "upstream_bound": sum(bool(r["upstream_bound"]) for r in records),
-            "events_per_s": n * rate,
-            "late_proxy_ms": {"p50": float(np.median([x["p50"] for x in lp])),
-                              "p99_median": float(np.median([x["p99"] for x in lp])),
-                              "p99_worst": max(x["p99"] for x in lp),
-                              "max": max(x["max"] for x in lp)},
-            "late_client_ms": {"p50": c50, "p99": c99, "max": float(late_c.max())},
-            "proxy_ttft_err_ms": {"median": float(np.median(ttft_p)), "max": max(ttft_p)},
-            "proxy_rate_err_pct": {"median": float(np.median(rate_p)), "worst": max(rate_p, key=abs)},
-            "proxy_cpu_s": cpu, "wall_s": wall, "proxy_cpu_pct": cpu / wall * 100,
-            "cpu_us_per_event": cpu / max(1, events) * 1e6,
-        })
+        events = sum(a["events"] for a in analysed)
+        rows.append({"streams": n, "target_tps": float(rate), "events_per_s": n * float(rate),
+                     **summarize_fidelity(analysed), "proxy_cpu_s": cpu, "wall_s": wall,
+                     "proxy_cpu_pct": cpu / wall * 100,
+                     "cpu_us_per_event": cpu / max(1, events) * 1e6})
     return rows

@@ -8,6 +8,7 @@ features keep working, and everything else is left to mitmproxy.
 
 from __future__ import annotations
 
+import gc
 import logging
 import secrets
 import time
@@ -103,6 +104,12 @@ class Retimer:
                     raise exceptions.OptionsError(
                         f"--log: cannot open {ctx.options.retimer_log}: {e.strerror}"
                     ) from None
+
+    def running(self) -> None:
+        # Everything loaded so far lives for the whole run: keep it out of GC passes, whose
+        # full collections otherwise pause emission for tens of milliseconds.
+        gc.collect()
+        gc.freeze()
 
     def done(self) -> None:
         if self.log:
