@@ -7,9 +7,9 @@ them with the upstream's write times and the proxy's records.
 
 Jobs:
   {"op": "streams", "proxy": URL|null, "streams": [SPEC...], "concurrent": bool}
-      SPEC = {"url", "body" (str), "headers" {..}, "warmup" URL|null}
-      -> {"streams": [{"t_sent", "w_sent" (wall clock), "t_head", "status", "reads": [[t, nbytes]...],
-                       "events": [[t, tokens]...]}]}
+      SPEC = {"url", "body" (str), "headers" {..}, "warmup" URL|null, "delay" s (concurrent)}
+      -> {"streams": [{"t_sent", "w_sent" (wall clock), "t_head", "status",
+                       "reads": [[t, nbytes]...], "events": [[t, tokens]...]}]}
   {"op": "gets", "proxy": URL|null, "url": URL, "n": int}
       -> {"latency_s": [...]}
   {"op": "quit"}
@@ -131,6 +131,7 @@ def run_streams(job: dict[str, Any]) -> dict[str, Any]:
             if specs[i].get("warmup"):
                 client.get(specs[i]["warmup"]).raise_for_status()
             barrier.wait()
+            time.sleep(specs[i].get("delay", 0.0))
             results_c[i] = one_stream(client, specs[i], gc_off=False)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(specs))]

@@ -112,17 +112,18 @@ def overhead_table(o: dict[str, Any]) -> str:
 
 def concurrency_table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| streams | events/s | lateness client vs schedule ms (p50 / p99 / max) "
+        "| streams | started within s | events/s | lateness client vs schedule ms (p50 / p99 / max) "
         "| lateness proxy record ms (median p50 / median p99 / worst p99 / max) "
         "| TTFT err client ms (median / max) | of which request -> proxy ms "
         "| TTFT err proxy ms (median / max) | rate err % client (median / worst) "
         "| proxy CPU % of a core | CPU us per event |",
-        "|" + "---|" * 10,
+        "|" + "---|" * 11,
     ]
     for r in rows:
         lp = r["late_proxy_ms"]
         lines.append(
-            f"| {r['streams']} | {r['events_per_s']:g} | {_trio(r['late_client_ms'])} "
+            f"| {r['streams']} | {r['start_spread_s']:g} | {r['events_per_s']:g} "
+            f"| {_trio(r['late_client_ms'])} "
             f"| {_trio(lp, ('p50', 'p99', 'p99_worst', 'max'))} "
             f"| {_mw(r['client_ttft_err_ms'])} | {_f(r['request_to_proxy_ms'])} "
             f"| {_mw(r['proxy_ttft_err_ms'])} | {_mw(r['client_rate_err_pct'], 'worst', 3)} "

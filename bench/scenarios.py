@@ -7,6 +7,7 @@ per scenario (a new `--tps` needs a new process) and stopped before the next one
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ class Plan:
     fidelity: tuple[tuple[float, int, int], ...]  # (tok/s, tokens per stream, streams per format)
     jitter: tuple[int, int]  # (tokens per stream, streams)
     overhead: tuple[int, int, int]  # (events per stream, streams per route, GETs per route)
-    concurrency: tuple[tuple[int, int], ...]  # (simultaneous streams, tokens each)
+    concurrency: tuple[tuple[int, int, float], ...]  # (streams, tokens each, start spread s)
 
 
 FULL = Plan(
@@ -41,13 +42,13 @@ FULL = Plan(
               (5000, 10000, 3)),
     jitter=(1000, 3),
     overhead=(500, 20, 400),
-    concurrency=((10, 200), (50, 200)),
+    concurrency=((10, 200, 0.0), (10, 200, 1.0), (50, 200, 0.0), (50, 200, 1.0)),
 )
 QUICK = Plan(
     fidelity=((5, 25, 1), (40, 100, 1), (500, 1000, 1), (2000, 2000, 1)),
     jitter=(400, 1),
     overhead=(300, 5, 100),
-    concurrency=((10, 100),),
+    concurrency=((10, 100, 0.0), (10, 100, 1.0)),
 )
 
 
@@ -231,27 +232,34 @@ def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:
 def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
                 seed: int) -> list[dict[str, Any]]:
     """N simultaneous streams at 50 tok/s (jitter 0, both formats), fast upstream: lateness at
-    the client and in the records, and the proxy's CPU (connection set-up included)."""
+    the client and in the records, and the proxy's CPU (connection set-up included).
+
+    Spread 0: every request is sent in the same millisecond (admission burst, and identical
+    schedules put every stream's tokens due at the same instants). Spread S: start times are
+    drawn uniformly over S seconds, so the streams overlap but their phases differ.
+    """
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     rate = "50"
     profile = build_profile(FIDELITY_PROFILE, TTFT, rate, "0")
     rows = []
-    for n, tokens in plan.concurrency:
-        _log(f"concurrency: {n} simultaneous streams x {tokens} tokens at {rate} tok/s")
+    rng = random.Random(seed)
+    for n, tokens, spread in plan.concurrency:
+        _log(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, started within {spread:g} s")
         _set_text(fake, tokens, seed + 3)
         args = ("--profile", FIDELITY_PROFILE, "--tps", rate, "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
         with _retimer(tmp, f"concurrency-{n}", *args) as proxy:
             assert proxy.proc
             fmts = itertools.islice(itertools.cycle(FORMATS), n)
-            specs = [stream_spec(fake, fmt, f"c{n}-{i}") for i, fmt in enumerate(fmts)]
+            specs = [stream_spec(fake, fmt, f"c{n}-{spread:g}-{i}") | {"delay": rng.uniform(0, spread)}
+                     for i, fmt in enumerate(fmts)]
             c0, w0 = cpu_seconds(proxy.proc.pid), time.monotonic()
             results = client.streams(proxy.url, specs, concurrent=True)
             cpu, wall = cpu_seconds(proxy.proc.pid) - c0, time.monotonic() - w0
             analysed = _analyse(specs, results, proxy, profile, seed)
         fake.clear()
         events = sum(a["events"] for a in analysed)
-        rows.append({"streams": n, "target_tps": float(rate), "events_per_s": n * float(rate),
+        rows.append({"streams": n, "start_spread_s": spread, "target_tps": float(rate), "events_per_s": n * float(rate),
                      **summarize_fidelity(analysed), "proxy_cpu_s": cpu, "wall_s": wall,
                      "proxy_cpu_pct": cpu / wall * 100,
                      "cpu_us_per_event": cpu / max(1, events) * 1e6})
