@@ -18,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from retimer.distributions import GapSampler
 from retimer.profile import Profile
 
 from harness import pct
 
 
-def nominal_offsets(profile: Profile, seed: int, index: int, n_tokens: int) -> tuple[float, np.ndarray]:
+def nominal_offsets(profile: Profile, seed: int, index: int,
+                    n_tokens: int) -> tuple[float, np.ndarray]:
     """(target TTFT, offsets of tokens 0..n-1 from the first token) as the proxy drew them."""
     timing = profile.stream_timing(np.random.default_rng([seed, index]))
     gaps = [timing.gap() for _ in range(max(0, n_tokens - 1))]
@@ -112,7 +114,8 @@ def summarize_fidelity(streams: list[dict[str, Any]]) -> dict[str, Any]:
         "request_to_proxy_ms": _med([s["request_to_proxy_ms"] for s in streams]),
         "proxy_to_client_ms": _med([s["proxy_to_client_ms"] for s in streams]),
         "client_rate_err_pct": {"median": _med(rate), "worst": max(rate, key=abs)},
-        "proxy_rate_err_pct": {"median": _med(prate), "worst": max(prate, key=abs)} if prate else None,
+        "proxy_rate_err_pct": ({"median": _med(prate), "worst": max(prate, key=abs)}
+                               if prate else None),
         "late_client_ms": _p50_p99_max(late),
         "late_client_rel_ms": _p50_p99_max(late_rel),
         "late_proxy_ms": {
@@ -126,21 +129,23 @@ def summarize_fidelity(streams: list[dict[str, Any]]) -> dict[str, Any]:
 
 def gap_shape(streams: list[dict[str, Any]], profile: Profile) -> dict[str, Any]:
     """Achieved inter-token gaps (one token per event) vs the drawn gaps vs the profile's shape."""
-    from retimer.distributions import GapSampler
-
     assert profile.tps is not None
     shape = GapSampler(profile.tps, *profile.gap, np.random.default_rng(0),
                        jitter=profile.jitter).shape
     got = np.concatenate([np.asarray(s["gaps_ms"]) for s in streams])
     drawn = np.concatenate([np.asarray(s["nominal_gaps_ms"]) for s in streams])
-    q = (50, 90, 99)
     return {
         "profile_ms": {"p50": shape.p50 * 1000, "p90": shape.p90 * 1000, "p99": shape.p99 * 1000,
                        "mean": 1000 / profile.tps},
-        "drawn_ms": dict(zip(("p50", "p90", "p99"), pct(drawn, *q))) | {"mean": float(drawn.mean())},
-        "client_ms": dict(zip(("p50", "p90", "p99"), pct(got, *q))) | {"mean": float(got.mean())},
+        "drawn_ms": _quantiles(drawn),
+        "client_ms": _quantiles(got),
         "n_gaps": int(got.size),
     }
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    p50, p90, p99 = pct(values, 50, 90, 99)
+    return {"p50": p50, "p90": p90, "p99": p99, "mean": float(values.mean())}
 
 
 def added_latency(res: dict[str, Any], writes: list[tuple[int, float]]) -> np.ndarray:

@@ -8,7 +8,7 @@ them with the upstream's write times and the proxy's records.
 Jobs:
   {"op": "streams", "proxy": URL|null, "streams": [SPEC...], "concurrent": bool}
       SPEC = {"url", "body" (str), "headers" {..}, "warmup" URL|null, "delay" s (concurrent)}
-      -> {"streams": [{"t_sent", "w_sent" (wall clock), "t_head", "status",
+      -> {"streams": [{"t_call", "t_sent", "w_sent" (wall clock), "t_head", "status",
                        "reads": [[t, nbytes]...], "events": [[t, tokens]...]}]}
   {"op": "gets", "proxy": URL|null, "url": URL, "n": int}
       -> {"latency_s": [...]}
@@ -51,7 +51,8 @@ def event_text(data: bytes) -> str:
         obj = json.loads(payload)
         if obj.get("type") == "content_block_delta":  # Anthropic
             delta = obj.get("delta", {})
-            text.append(delta.get("text") or delta.get("thinking") or delta.get("partial_json") or "")
+            text.append(delta.get("text") or delta.get("thinking")
+                        or delta.get("partial_json") or "")
         for choice in obj.get("choices") or ():  # OpenAI Chat
             delta = choice.get("delta") or {}
             text.append((delta.get("reasoning_content") or "") + (delta.get("content") or ""))
@@ -74,15 +75,26 @@ def token_events(chunks: list[tuple[float, bytes]]) -> list[tuple[float, int]]:
 
 
 def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) -> dict[str, Any]:
-    """POST one streaming request; timestamp each raw read (GC off meanwhile, if `gc_off`)."""
+    """POST one streaming request; timestamp each raw read (GC off meanwhile, if `gc_off`).
+
+    Time zero (`t_sent`) is when httpcore starts writing the request headers to the socket
+    (its trace hook), so httpx's own request-building time is not counted as proxy delay.
+    """
     chunks: list[tuple[float, bytes]] = []
     append = chunks.append
     body = spec["body"].encode()
+    sent: list[float] = []
+
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name == "http11.send_request_headers.started":
+            sent.append(monotonic())
+
     if gc_off:
         gc.disable()
     try:
-        w_sent, t_sent = time.time(), monotonic()
-        with client.stream("POST", spec["url"], content=body, headers=spec["headers"]) as r:
+        w_call, t_call = time.time(), monotonic()
+        with client.stream("POST", spec["url"], content=body, headers=spec["headers"],
+                           extensions={"trace": trace}) as r:
             t_head = monotonic()
             for chunk in r.iter_raw():
                 append((monotonic(), chunk))
@@ -90,9 +102,11 @@ def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) 
     finally:
         if gc_off:
             gc.enable()
+    t_sent = sent[0] if sent else t_call
     return {
+        "t_call": t_call,
         "t_sent": t_sent,
-        "w_sent": w_sent,
+        "w_sent": w_call + (t_sent - t_call),  # the same instant on the wall clock
         "t_head": t_head,
         "status": status,
         "reads": [(t, len(c)) for t, c in chunks],

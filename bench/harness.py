@@ -81,7 +81,8 @@ def stream_spec(fake: FakeLLM, fmt: str, bench_id: str, *, warmup: bool = True,
     """
     if fmt == "openai":
         url = fake.url + "/v1/chat/completions"
-        body = {"model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+        body = {"model": "gpt-test", "stream": True,
+                "messages": [{"role": "user", "content": "hi"}]}
     else:
         url = fake.url + "/v1/messages"
         body = {"model": "claude-test", "stream": True, "max_tokens": 4096,

@@ -88,11 +88,12 @@ def main() -> None:
     markdown = render(res)
     RESULTS.mkdir(exist_ok=True)
     stamp = started.strftime("%Y%m%dT%H%M%S")
-    for path in (RESULTS / f"{stamp}{'-quick' if args.quick else ''}.json", RESULTS / "latest.json"):
+    name = f"{stamp}{'-quick' if args.quick else ''}.json"
+    for path in (RESULTS / name, RESULTS / "latest.json"):
         path.write_text(json.dumps(res, indent=1, default=float))
     (RESULTS / "latest.md").write_text(markdown)
     print(markdown)
-    print(f"[bench] results: {RESULTS / 'latest.json'} ({res['duration_s']:.0f} s)", file=sys.stderr)
+    print(f"[bench] results: {RESULTS / name} ({res['duration_s']:.0f} s)", file=sys.stderr)
     if args.update_doc:
         update_doc(markdown)
         print(f"[bench] updated {DOC}", file=sys.stderr)

@@ -95,13 +95,15 @@ def _paced_run(client: Client, fake: FakeLLM, proxy: RetimerProxy, profile: Prof
     return out
 
 
-def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
+def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
+             seed: int) -> list[dict[str, Any]]:
     """Jitter 0, TTFT 400 ms, target rates from 5 to 5000 tok/s; the upstream sends everything
     at once in 3 bursts, so the proxy alone decides the timing."""
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     rows = []
     for rate, tokens, streams in plan.fidelity:
-        _log(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats x {tokens} tokens")
+        _log(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats "
+             f"x {tokens} tokens")
         _set_text(fake, tokens, seed)
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
@@ -208,14 +210,16 @@ def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) ->
                          "mean": float(all_lat.mean())},
             "cpu_ms_per_stream": float(np.median(cpu[name]) * 1000) if cpu[name] else None,
             "cpu_ms_per_stream_all": [round(c * 1000, 3) for c in cpu[name]],
-            "cpu_us_per_event": float(np.sum(cpu[name]) / all_lat.size * 1e6) if cpu[name] else None,
+            "cpu_us_per_event": (float(np.sum(cpu[name]) / all_lat.size * 1e6)
+                                 if cpu[name] else None),
             "get_ms": {"p50": g50, "p99": g99, "n": len(get_lat[name])},
             "cpu_us_per_get": float(np.median(get_cpu[name]) * 1e6) if get_cpu[name] else None,
         }
     rt_, md_ = out["routes"]["retimer"], out["routes"]["mitmdump"]
     out["retimer_minus_mitmdump_ms"] = {q: rt_["added_ms"][q] - md_["added_ms"][q]
                                         for q in ("p50", "p90", "p99", "mean")}
-    out["cpu_ratio"] = (sum(cpu["retimer"]) / sum(cpu["mitmdump"])) if sum(cpu["mitmdump"]) else None
+    md_cpu = sum(cpu["mitmdump"])
+    out["cpu_ratio"] = sum(cpu["retimer"]) / md_cpu if md_cpu else None
     out["get_cpu_ratio"] = (rt_["cpu_us_per_get"] / md_["cpu_us_per_get"]
                             if md_["cpu_us_per_get"] else None)
     return out
@@ -244,22 +248,24 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     rows = []
     rng = random.Random(seed)
     for n, tokens, spread in plan.concurrency:
-        _log(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, started within {spread:g} s")
+        _log(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, "
+             f"started within {spread:g} s")
         _set_text(fake, tokens, seed + 3)
         args = ("--profile", FIDELITY_PROFILE, "--tps", rate, "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
         with _retimer(tmp, f"concurrency-{n}", *args) as proxy:
             assert proxy.proc
             fmts = itertools.islice(itertools.cycle(FORMATS), n)
-            specs = [stream_spec(fake, fmt, f"c{n}-{spread:g}-{i}") | {"delay": rng.uniform(0, spread)}
-                     for i, fmt in enumerate(fmts)]
+            specs = [{**stream_spec(fake, fmt, f"c{n}-{spread:g}-{i}"),
+                      "delay": rng.uniform(0, spread)} for i, fmt in enumerate(fmts)]
             c0, w0 = cpu_seconds(proxy.proc.pid), time.monotonic()
             results = client.streams(proxy.url, specs, concurrent=True)
             cpu, wall = cpu_seconds(proxy.proc.pid) - c0, time.monotonic() - w0
             analysed = _analyse(specs, results, proxy, profile, seed)
         fake.clear()
         events = sum(a["events"] for a in analysed)
-        rows.append({"streams": n, "start_spread_s": spread, "target_tps": float(rate), "events_per_s": n * float(rate),
+        rows.append({"streams": n, "start_spread_s": spread, "target_tps": float(rate),
+                     "events_per_s": n * float(rate),
                      **summarize_fidelity(analysed), "proxy_cpu_s": cpu, "wall_s": wall,
                      "proxy_cpu_pct": cpu / wall * 100,
                      "cpu_us_per_event": cpu / max(1, events) * 1e6})

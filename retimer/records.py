@@ -17,15 +17,16 @@ _SECRET_PARAM = re.compile(r"key|token|auth|secret|sig|password|session|cred", r
 
 
 def redact_url(url: str) -> str:
-    """The URL with secret-looking query values (e.g. Gemini's `key=`) replaced."""
+    """The URL without credentials, and with secret-looking query values (Gemini's `key=`)."""
     parts = urlsplit(url)
-    if not parts.query:
-        return url
-    query = [
-        (k, "REDACTED" if _SECRET_PARAM.search(k) else v)
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit(parts._replace(query=urlencode(query), netloc=parts.netloc.rsplit("@", 1)[-1]))
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    query = parts.query
+    if query:
+        query = urlencode([
+            (k, "REDACTED" if _SECRET_PARAM.search(k) else v)
+            for k, v in parse_qsl(query, keep_blank_values=True)
+        ])
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class RecordLog:

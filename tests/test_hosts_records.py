@@ -1,0 +1,61 @@
+"""Which hosts are intercepted, and what a record may contain."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from retimer.hosts import LLM_HOSTS, allow_hosts, host_pattern, is_llm_host
+from retimer.records import RecordLog, redact_url
+
+
+@pytest.mark.parametrize(
+    ("address", "intercepted"),
+    [
+        ("api.openai.com:443", True),
+        ("chatgpt.com:443", True),
+        ("myres.openai.azure.com:443", True),
+        ("us-east-1.bedrock-runtime.amazonaws.com:443", True),
+        ("europe-west4-aiplatform.googleapis.com:443", False),  # not a subdomain of the entry
+        ("evilopenai.com:443", False),
+        ("api.openai.com.evil.net:443", False),
+        ("www.google.com:443", False),
+        ("mybank.example:443", False),
+    ],
+)
+def test_default_interception_list(address: str, intercepted: bool) -> None:
+    patterns = allow_hosts([])
+    assert any(re.search(p, address, re.IGNORECASE) for p in patterns) is intercepted
+
+
+def test_user_patterns_extend_the_list() -> None:
+    patterns = allow_hosts([r"^llm\.internal:"])
+    assert any(re.search(p, "llm.internal:8443") for p in patterns)
+    assert len(patterns) == len(LLM_HOSTS) + 1
+
+
+def test_is_llm_host() -> None:
+    assert is_llm_host("API.Anthropic.com.")
+    assert is_llm_host("eastus.openai.azure.com")
+    assert not is_llm_host("anthropic.com.evil.net")
+    assert re.search(host_pattern("claude.ai"), "claude.ai:443")
+
+
+def test_secret_query_values_are_redacted() -> None:
+    url = "https://generativelanguage.googleapis.com/v1beta/models/x:streamGenerateContent?alt=sse&key=AIzaSECRET"
+    out = redact_url(url)
+    assert "AIzaSECRET" not in out and "alt=sse" in out and "key=REDACTED" in out
+    assert redact_url("https://user:pw@api.x.ai/v1/chat/completions") == "https://api.x.ai/v1/chat/completions"
+    assert redact_url("https://api.openai.com/v1/chat/completions") == "https://api.openai.com/v1/chat/completions"
+
+
+def test_record_log_appends_json_lines(tmp_path: Path) -> None:
+    log = RecordLog(tmp_path / "sub" / "r.jsonl")
+    log.write({"a": 1, "text": "é"})
+    log.write({"a": 2})
+    log.close()
+    lines = (tmp_path / "sub" / "r.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(x)["a"] for x in lines] == [1, 2]
