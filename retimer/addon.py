@@ -24,8 +24,8 @@ from .encoding import decoder_for
 from .hosts import is_llm_host
 from .pacer import StreamPacer
 from .profile import Profile, ProfileError, load_profile
-from .protocols import find_adapter
-from .protocols.base import RequestShape
+from .protocols import fallback_adapter, find_adapter
+from .protocols.base import Adapter, RequestShape
 from .records import RecordLog, redact_url
 from .scheduler import NoTiming
 
@@ -117,12 +117,10 @@ class Retimer:
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
-        if response is None or flow.websocket is not None or not is_stream_response(response):
-            return
-        response.stream = True  # a stream is never buffered whole, paced or not
-        if self.profile is None:
+        if response is None or flow.websocket is not None:
             return
         request = flow.request
+        content_type = response.headers.get("content-type", "")
         shape = RequestShape(
             method=request.method,
             host=request.pretty_host,
@@ -130,14 +128,19 @@ class Retimer:
             headers={k.lower(): v for k, v in request.headers.items()},
             body=request.raw_content or b"",
         )
-        content_type = response.headers.get("content-type", "")
         adapter_cls = find_adapter(shape, content_type)
-        if adapter_cls is None:
-            if is_llm_host(request.pretty_host) and response.status_code == 200:
-                logger.warning(
-                    f"retimer: unrecognised stream from {request.pretty_host}{request.path.split('?')[0]}"
-                    f" ({content_type}); passing it through unchanged"
-                )
+        adapter: Adapter | None = adapter_cls() if adapter_cls is not None else None
+        if adapter is None:
+            if not is_stream_response(response):
+                return  # not a stream: mitmproxy handles it as usual
+            response.stream = True  # a stream is never buffered whole, paced or not
+            if not (is_llm_host(request.pretty_host) and response.status_code == 200):
+                return
+            adapter = fallback_adapter(content_type)
+            if adapter is None:
+                return
+        response.stream = True
+        if self.profile is None:
             return
         decoder = decoder_for(response.headers.get("content-encoding", ""))
         if decoder is None:
@@ -159,9 +162,9 @@ class Retimer:
         timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer = StreamPacer(
-            adapter_cls(), timing, start, passthrough=self.profile.passthrough, decoder=decoder
+            adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder
         )
-        flow.metadata["retimer"] = {"index": index, "protocol": adapter_cls.name}
+        flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
         bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 

@@ -48,3 +48,10 @@ def load(name: str) -> bytes:
     if not path.is_file():
         raise FileNotFoundError(f"missing stream fixture {name} (looked in {STREAMS_DIR})")
     return path.read_bytes()
+GEMINI_SSE_FIXTURES: tuple[str, ...] = tuple(_glob("gemini/*.sse"))
+GEMINI_JSON_FIXTURES: tuple[str, ...] = tuple(_glob("gemini/*.json-stream"))
+RESPONSES_FIXTURES: tuple[str, ...] = (
+    *_glob("openai-responses/*.sse"),
+    "openrouter/openrouter-responses-api-reasoning-text.sse",
+    "deepseek/deepseek-responses-api-reasoning-text.sse",
+)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from .anthropic_messages import AnthropicMessagesAdapter
 from .base import Adapter, Channel, Event, RequestShape
+from .generic import GenericStreamAdapter
+from .ollama import OllamaAdapter
 from .openai_chat import OpenAIChatAdapter
 
 __all__ = [
@@ -16,12 +18,18 @@ __all__ = [
     "AnthropicMessagesAdapter",
     "Channel",
     "Event",
+    "GenericStreamAdapter",
+    "OllamaAdapter",
     "OpenAIChatAdapter",
     "RequestShape",
     "find_adapter",
 ]
 
-ADAPTERS: tuple[type[Adapter], ...] = (OpenAIChatAdapter, AnthropicMessagesAdapter)
+ADAPTERS: tuple[type[Adapter], ...] = (
+    OpenAIChatAdapter,
+    AnthropicMessagesAdapter,
+    OllamaAdapter,
+)
 
 
 def find_adapter(request: RequestShape, content_type: str) -> type[Adapter] | None:
@@ -29,4 +37,12 @@ def find_adapter(request: RequestShape, content_type: str) -> type[Adapter] | No
     for adapter in ADAPTERS:
         if adapter.accepts(request, content_type):
             return adapter
+    return None
+
+
+def fallback_adapter(content_type: str) -> Adapter | None:
+    """The generic adapter (whole events paced, bytes never altered) for an LLM host's other
+    event streams and NDJSON; the caller decides that the host is an LLM host."""
+    if GenericStreamAdapter.accepts(RequestShape("", "", "", {}, b""), content_type):
+        return GenericStreamAdapter.for_content_type(content_type)
     return None

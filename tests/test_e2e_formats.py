@@ -1,0 +1,90 @@
+"""Formats beyond OpenAI Chat and Anthropic, through the real proxy: each gets its adapter, and
+an LLM host's unknown streams are paced whole, byte for byte."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from fixture_streams import load
+from proxy import RetimerProxy
+from upstream import FakeLLM
+
+from retimer.protocols import find_adapter
+from retimer.protocols.base import RequestShape
+
+PROFILE = ("--profile", "gpt-5", "--tps", "2000", "--ttft", "250ms")
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(bursts=3) as f:
+        yield f
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory, fake: FakeLLM) -> Iterator[RetimerProxy]:
+    with RetimerProxy(tmp_path_factory.mktemp("proxy"), *PROFILE) as p:
+        yield p
+
+
+def _post(proxy: RetimerProxy, fake: FakeLLM, path: str, fixture: str, **headers: str) -> bytes:
+    with httpx.Client(proxy=proxy.url, timeout=30) as c:
+        h = {"x-fake-fixture": fixture, **headers}
+        with c.stream("POST", fake.url + path, json={"stream": True}, headers=h) as r:
+            assert r.status_code == 200
+            return b"".join(r.iter_raw())
+
+
+def _channels(path: str, content_type: str, data: bytes) -> dict[str, str]:
+    adapter_cls = find_adapter(RequestShape("POST", "h", path, {}, b""), content_type)
+    assert adapter_cls is not None
+    adapter = adapter_cls()
+    out: dict[str, str] = {}
+    for event in [*adapter.feed(data), *adapter.end()]:
+        for channel, text in event.texts:
+            out[channel] = out.get(channel, "") + text
+    return out
+
+
+@pytest.mark.parametrize(
+    ("path", "fixture"),
+    [
+        ("/api/chat", "ollama/sk-phi3-api-chat-tail-excerpt.ndjson"),
+        ("/api/generate", "ollama/sk-phi3-api-generate-tail-excerpt.ndjson"),
+    ],
+)
+def test_ollama_native_stream(proxy: RetimerProxy, fake: FakeLLM, path: str, fixture: str):
+    before = len(proxy.records(0, timeout=0))
+    out = _post(proxy, fake, path, fixture)
+    ctype = "application/x-ndjson"
+    assert _channels(path, ctype, out) == _channels(path, ctype, load(fixture))
+    record = proxy.records(before + 1)[-1]
+    assert record["protocol"] == "ollama"
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 0
+    assert record["emitted"]["ttft_ms"] >= 248
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    ["chatgpt-web/backend-api-conversation-v1-2024-10-gpt-4o-padded.sse",
+     "claude-web/claudeai-completion-hi-sonnet46-from-doc.sse"],
+)
+def test_unknown_stream_from_an_llm_host_is_paced_whole(
+    proxy: RetimerProxy, fake: FakeLLM, fixture: str
+) -> None:
+    before = len(proxy.records(0, timeout=0))
+    out = _post(proxy, fake, "/backend-api/conversation", fixture, host="chatgpt.com")
+    assert out == load(fixture)  # never altered
+    record = proxy.records(before + 1)[-1]
+    assert record["protocol"] == "generic"
+    assert record["emitted"]["tokens"] > 0
+    assert record["emitted"]["ttft_ms"] >= 248
+
+
+def test_unknown_stream_from_another_host_is_not_paced(proxy: RetimerProxy, fake: FakeLLM):
+    before = len(proxy.records(0, timeout=0))
+    fixture = "chatgpt-web/backend-api-conversation-v1-2024-10-gpt-4o-padded.sse"
+    assert _post(proxy, fake, "/backend-api/conversation", fixture) == load(fixture)
+    assert len(proxy.records(before, timeout=0.3)) == before
