@@ -141,7 +141,8 @@ class StreamPacer:
 
     # -- internals -----------------------------------------------------------------------
     def _event(self, event: Event, now: float) -> None:
-        del self._unparsed[: len(event.raw)]
+        size = len(event.raw) if event.upstream_size is None else event.upstream_size
+        del self._unparsed[:size]
         if not event.texts or not event.text:
             self._close_open()
             self._push(Emission(max(now, self._last_due), event.raw, 0, None))

@@ -37,6 +37,9 @@ class Event:
     texts: tuple[tuple[Channel, str], ...] = ()
     payload: Any = field(default=None, repr=False)  # adapter-private parsed form, for split()
     atomic: bool = False
+    # upstream bytes this event stands for when the adapter rewrote `raw` (None: len(raw));
+    # e.g. a Responses event renumbered after a split. The pacer's fail-open bookkeeping uses it.
+    upstream_size: int | None = None
 
     @property
     def splittable(self) -> bool:
