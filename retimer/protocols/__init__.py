@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from .anthropic_messages import AnthropicMessagesAdapter
 from .base import Adapter, Channel, Event, RequestShape
+from .gemini_json import GeminiJSONArrayAdapter
+from .gemini_sse import GeminiSSEAdapter
 from .generic import GenericStreamAdapter
 from .ollama import OllamaAdapter
 from .openai_chat import OpenAIChatAdapter
@@ -18,6 +20,8 @@ __all__ = [
     "AnthropicMessagesAdapter",
     "Channel",
     "Event",
+    "GeminiJSONArrayAdapter",
+    "GeminiSSEAdapter",
     "GenericStreamAdapter",
     "OllamaAdapter",
     "OpenAIChatAdapter",
@@ -29,6 +33,8 @@ ADAPTERS: tuple[type[Adapter], ...] = (
     OpenAIChatAdapter,
     AnthropicMessagesAdapter,
     OllamaAdapter,
+    GeminiSSEAdapter,
+    GeminiJSONArrayAdapter,
 )
 
 
