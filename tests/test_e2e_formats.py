@@ -110,3 +110,25 @@ def test_gemini_streams(proxy: RetimerProxy, fake: FakeLLM, path: str, fixture: 
     record = proxy.records(before + 1)[-1]
     assert record["protocol"] in ("gemini-sse", "gemini-json")
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 0
+
+
+def test_openai_sdk_responses_stream(proxy: RetimerProxy, fake: FakeLLM) -> None:
+    """The openai SDK's Responses streaming gets the same final response through the proxy."""
+    import openai
+
+    fixture = "openai-responses/reasoning-summary-text-delta-long.sse"
+    finals = []
+    for via in (None, proxy.url):
+        client = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test",
+                               http_client=openai.DefaultHttpxClient(proxy=via))
+        with client.responses.stream(model="o4-mini", input="hi",
+                                     extra_headers={"x-fake-fixture": fixture}) as stream:
+            numbers = [e.sequence_number for e in stream]
+            finals.append((stream.get_final_response(), numbers))
+    (direct, n_direct), (proxied, n_proxied) = finals
+    assert proxied.output_text == direct.output_text and direct.output_text
+    assert n_proxied == list(range(n_proxied[0], n_proxied[0] + len(n_proxied)))
+    assert len(n_proxied) > len(n_direct)  # deltas were split and renumbered
+    record = proxy.records(1)[-1]
+    assert record["protocol"] == "openai-responses"
+    assert record["emitted"]["channels"].get("reasoning", 0) > 0

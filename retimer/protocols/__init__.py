@@ -13,6 +13,7 @@ from .gemini_sse import GeminiSSEAdapter
 from .generic import GenericStreamAdapter
 from .ollama import OllamaAdapter
 from .openai_chat import OpenAIChatAdapter
+from .openai_responses import OpenAIResponsesAdapter
 
 __all__ = [
     "ADAPTERS",
@@ -25,6 +26,7 @@ __all__ = [
     "GenericStreamAdapter",
     "OllamaAdapter",
     "OpenAIChatAdapter",
+    "OpenAIResponsesAdapter",
     "RequestShape",
     "find_adapter",
 ]
@@ -32,6 +34,7 @@ __all__ = [
 ADAPTERS: tuple[type[Adapter], ...] = (
     OpenAIChatAdapter,
     AnthropicMessagesAdapter,
+    OpenAIResponsesAdapter,
     OllamaAdapter,
     GeminiSSEAdapter,
     GeminiJSONArrayAdapter,
