@@ -17,15 +17,15 @@ Sequential streams and GETs reuse one keep-alive connection per proxy across job
 
 Only the read loop runs while a stream is being timed: SSE parsing and token counting happen
 after the response ends, and the garbage collector is off during a stream, so the client's own
-pauses do not show up as proxy lateness.
+pauses do not show up as proxy lateness. Concurrent streams run on one asyncio thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -74,34 +74,11 @@ def token_events(chunks: list[tuple[float, bytes]]) -> list[tuple[float, int]]:
     return out
 
 
-def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) -> dict[str, Any]:
-    """POST one streaming request; timestamp each raw read (GC off meanwhile, if `gc_off`).
+SEND_STARTED = "http11.send_request_headers.started"
 
-    Time zero (`t_sent`) is when httpcore starts writing the request headers to the socket
-    (its trace hook), so httpx's own request-building time is not counted as proxy delay.
-    """
-    chunks: list[tuple[float, bytes]] = []
-    append = chunks.append
-    body = spec["body"].encode()
-    sent: list[float] = []
 
-    def trace(name: str, info: dict[str, Any]) -> None:
-        if name == "http11.send_request_headers.started":
-            sent.append(monotonic())
-
-    if gc_off:
-        gc.disable()
-    try:
-        w_call, t_call = time.time(), monotonic()
-        with client.stream("POST", spec["url"], content=body, headers=spec["headers"],
-                           extensions={"trace": trace}) as r:
-            t_head = monotonic()
-            for chunk in r.iter_raw():
-                append((monotonic(), chunk))
-            status = r.status_code
-    finally:
-        if gc_off:
-            gc.enable()
+def _result(t_call: float, w_call: float, sent: list[float], t_head: float, status: int,
+            chunks: list[tuple[float, bytes]]) -> dict[str, Any]:
     t_sent = sent[0] if sent else t_call
     return {
         "t_call": t_call,
@@ -112,6 +89,53 @@ def one_stream(client: httpx.Client, spec: dict[str, Any], gc_off: bool = True) 
         "reads": [(t, len(c)) for t, c in chunks],
         "events": token_events(chunks),
     }
+
+
+def one_stream(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
+    """POST one streaming request; timestamp each raw read (GC off meanwhile).
+
+    Time zero (`t_sent`) is when httpcore starts writing the request headers to the socket
+    (its trace hook), so httpx's own request-building time is not counted as proxy delay.
+    """
+    chunks: list[tuple[float, bytes]] = []
+    append = chunks.append
+    sent: list[float] = []
+
+    def trace(name: str, info: dict[str, Any]) -> None:
+        if name == SEND_STARTED:
+            sent.append(monotonic())
+
+    gc.disable()
+    try:
+        w_call, t_call = time.time(), monotonic()
+        with client.stream("POST", spec["url"], content=spec["body"].encode(),
+                           headers=spec["headers"], extensions={"trace": trace}) as r:
+            t_head = monotonic()
+            for chunk in r.iter_raw():
+                append((monotonic(), chunk))
+    finally:
+        gc.enable()
+    return _result(t_call, w_call, sent, t_head, r.status_code, chunks)
+
+
+async def one_stream_async(client: httpx.AsyncClient, spec: dict[str, Any]) -> dict[str, Any]:
+    """`one_stream` on the event loop, after the spec's `delay` (seconds)."""
+    await asyncio.sleep(spec.get("delay", 0.0))
+    chunks: list[tuple[float, bytes]] = []
+    append = chunks.append
+    sent: list[float] = []
+
+    async def trace(name: str, info: dict[str, Any]) -> None:
+        if name == SEND_STARTED:
+            sent.append(monotonic())
+
+    w_call, t_call = time.time(), monotonic()
+    async with client.stream("POST", spec["url"], content=spec["body"].encode(),
+                             headers=spec["headers"], extensions={"trace": trace}) as r:
+        t_head = monotonic()
+        async for chunk in r.aiter_raw():
+            append((monotonic(), chunk))
+    return _result(t_call, w_call, sent, t_head, r.status_code, chunks)
 
 
 _clients: dict[str | None, httpx.Client] = {}
@@ -125,39 +149,35 @@ def cached_client(proxy: str | None) -> httpx.Client:
 
 
 def run_streams(job: dict[str, Any]) -> dict[str, Any]:
-    """Sequential streams on the proxy's keep-alive client, or all at once (a client each)."""
+    """Sequential streams on the proxy's keep-alive client, or all at once (`concurrent`)."""
     specs: list[dict[str, Any]] = job["streams"]
-    if not job.get("concurrent"):
-        client = cached_client(job["proxy"])
-        results = []
-        for spec in specs:
-            if spec.get("warmup"):
-                client.get(spec["warmup"]).raise_for_status()
-            results.append(one_stream(client, spec))
-            gc.collect()
-        return {"streams": results}
+    if job.get("concurrent"):
+        gc.disable()
+        try:
+            return {"streams": asyncio.run(_concurrent(job["proxy"], specs))}
+        finally:
+            gc.enable()
+    client = cached_client(job["proxy"])
+    results = []
+    for spec in specs:
+        if spec.get("warmup"):
+            client.get(spec["warmup"]).raise_for_status()
+        results.append(one_stream(client, spec))
+        gc.collect()
+    return {"streams": results}
 
-    results_c: list[dict[str, Any] | None] = [None] * len(specs)
-    barrier = threading.Barrier(len(specs))
 
-    def worker(i: int) -> None:
-        with httpx.Client(proxy=job["proxy"], timeout=TIMEOUT) as client:
-            if specs[i].get("warmup"):
-                client.get(specs[i]["warmup"]).raise_for_status()
-            barrier.wait()
-            time.sleep(specs[i].get("delay", 0.0))
-            results_c[i] = one_stream(client, specs[i], gc_off=False)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(specs))]
-    gc.disable()
+async def _concurrent(proxy: str | None, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every stream on its own connection, all in this one thread: an asyncio client, because
+    N client threads woken together would outnumber the proxy's one thread for the CPU."""
+    clients = [httpx.AsyncClient(proxy=proxy, timeout=TIMEOUT) for _ in specs]
     try:
-        for th in threads:
-            th.start()
-        for th in threads:
-            th.join()
+        await asyncio.gather(*(c.get(s["warmup"]) for c, s in zip(clients, specs, strict=True)
+                               if s.get("warmup")))
+        return list(await asyncio.gather(*(one_stream_async(c, s)
+                                           for c, s in zip(clients, specs, strict=True))))
     finally:
-        gc.enable()
-    return {"streams": results_c}
+        await asyncio.gather(*(c.aclose() for c in clients))
 
 
 def run_gets(job: dict[str, Any]) -> dict[str, Any]:

@@ -83,9 +83,11 @@ def jitter_table(j: dict[str, Any]) -> str:
 
 
 def overhead_table(o: dict[str, Any]) -> str:
+    per_stream = o["routes"]["retimer"]["events"] / o["streams_per_route"]
     lines = [
-        f"{o['streams_per_route']} streams x {o['events_per_stream']} events per route, upstream "
-        f"event every {o['upstream_gap_ms']:g} ms (asyncio.sleep, so about 2.1 ms), interleaved.",
+        f"{o['streams_per_route']} streams x {per_stream:.0f} SSE events per route (one word "
+        f"each), upstream event every {o['upstream_gap_ms']:g} ms (asyncio.sleep, so about "
+        f"2.1 ms), routes interleaved stream by stream.",
         "",
         "| route | events | added latency ms (p50 / p90 / p99 / max) | proxy CPU ms per stream "
         "| CPU us per event | GET round trip ms (p50 / p99) | CPU us per GET |",
@@ -139,11 +141,13 @@ def _worst_abs(rows: list[dict[str, Any]], key: str) -> float:
 
 def _fidelity_goals(fid: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
     out: list[tuple[str, str, bool | None]] = []
-    groups = (([r for r in fid if r["target_tps"] <= 2000], "5-2000 tok/s"),
-              ([r for r in fid if r["target_tps"] > 2000], "5000 tok/s"))
-    for rows, label in groups:
+    bands = ((0, 10), (10, 2000), (2000, float("inf")))  # slow (reading pace), typical, extreme
+    for lo, hi in bands:
+        rows = [r for r in fid if lo < r["target_tps"] <= hi]
         if not rows:
             continue
+        rates = sorted({r["target_tps"] for r in rows})
+        label = (f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}") + " tok/s"
         for side, key, where in (("client", "client_ttft_err_ms", "at the client"),
                                  ("proxy", "proxy_ttft_err_ms", "in the proxy record (reference)")):
             med = max(abs(r[key]["median"]) for r in rows)
@@ -166,7 +170,7 @@ def _fidelity_goals(fid: list[dict[str, Any]]) -> list[tuple[str, str, bool | No
         ttft = _worst_abs(near40, "client_ttft_err_ms")
         at = near40[0]["target_tps"]
         out.append((f"issue 2: rate +-3 % at 40 tok/s and TTFT 400 +- 15 ms (client, at {at:g})",
-                    f"rate worst {rate:+.3f} %, TTFT worst |err| {ttft:.2f} ms",
+                    f"rate worst {rate:+.3f} %, TTFT worst abs. error {ttft:.2f} ms",
                     abs(rate) <= 3 and ttft <= 15))
     return out
 
@@ -193,16 +197,32 @@ def goals_table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def checks(res: dict[str, Any]) -> str:
+    """Sanity of the paced streams: token counts, completion, upstream-bound flags."""
+    rows = [*(res.get("fidelity") or []), *([res["jitter"]] if res.get("jitter") else []),
+            *(res.get("concurrency") or [])]
+    if not rows:
+        return ""
+    n = sum(r["streams"] for r in rows)
+    bad = sum(r["token_count_mismatches"] for r in rows)
+    inc = sum(r["incomplete"] for r in rows)
+    bound = sum(r["upstream_bound"] for r in rows)
+    return (f"Paced streams: {n}; client token count differs from the record in {bad}; "
+            f"incomplete {inc}; flagged upstream-bound {bound}.")
+
+
 def render(res: dict[str, Any]) -> str:
     """The whole results section as markdown."""
     m = res["machine"]
     parts = [
         f"Run {res['started']} ({'quick' if res['quick'] else 'full'}, seed {res['seed']}, "
-        f"{res['duration_s']:.0f} s): {m['nproc']} x {m['cpu']}, Python {m['python']}, "
+        f"{res['duration_s']:.0f} s) of retimer {m.get('retimer', '?')}: "
+        f"{m['nproc']} x {m['cpu']}, Python {m['python']}, "
         f"mitmproxy {m['mitmproxy']}, load average {m['loadavg_start']} at start.",
     ]
-    if res.get("goals_table", True):
-        parts += ["", "### Goals", "", goals_table(res)]
+    if check := checks(res):
+        parts += ["", check]
+    parts += ["", "### Goals", "", goals_table(res)]
     if res.get("fidelity"):
         parts += ["", "### Fidelity: fast upstream, jitter 0, TTFT 400 ms", "",
                   fidelity_table(res["fidelity"])]

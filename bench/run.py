@@ -14,6 +14,7 @@ import json
 import os
 import platform
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,10 +48,22 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     return {
+        "retimer": retimer_version(),
         "nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release(),
         "python": platform.python_version(), "mitmproxy": VERSION, "httpx": httpx.__version__,
         "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
+
+
+def retimer_version() -> str:
+    """The commit under test, marked when retimer/ has uncommitted changes."""
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (" + uncommitted changes in retimer/" if git("status", "--porcelain",
+                                                                  "retimer") else "")
 
 
 def update_doc(markdown: str) -> None:
@@ -71,7 +84,15 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7, help="seed for texts and the proxies' timing")
     ap.add_argument("--update-doc", action="store_true",
                     help="write the tables into BENCHMARKS.md between its result markers")
+    ap.add_argument("--from-json", metavar="FILE", type=Path,
+                    help="measure nothing: render the tables of an earlier results file")
     args = ap.parse_args()
+    if args.from_json:
+        markdown = render(json.loads(args.from_json.read_text()))
+        print(markdown)
+        if args.update_doc:
+            update_doc(markdown)
+        return
     plan = scenarios.QUICK if args.quick else scenarios.FULL
     sections = args.only or list(SECTIONS)
     started = datetime.now(UTC)

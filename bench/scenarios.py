@@ -33,7 +33,7 @@ class Plan:
 
     fidelity: tuple[tuple[float, int, int], ...]  # (tok/s, tokens per stream, streams per format)
     jitter: tuple[int, int]  # (tokens per stream, streams)
-    overhead: tuple[int, int, int]  # (events per stream, streams per route, GETs per route)
+    overhead: tuple[int, int, int]  # (answer tokens, one word per event; streams; GETs) per route
     concurrency: tuple[tuple[int, int, float], ...]  # (streams, tokens each, start spread s)
 
 
@@ -154,10 +154,11 @@ def _brief(s: dict[str, Any]) -> dict[str, Any]:
 
 def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> dict[str, Any]:
     """Passthrough retimer vs plain mitmdump (and no proxy), interleaved stream by stream."""
-    events, streams, gets = plan.overhead
-    _log(f"overhead: {streams} streams x {events} events per route, 2 ms apart; {gets} GETs")
+    tokens, streams, gets = plan.overhead
+    _log(f"overhead: {streams} streams per route of a {tokens}-token answer, one word per event "
+         f"2 ms apart; {gets} GETs")
     fake.per_event_gap = 0.002
-    text = prose(events, seed + 2)
+    text = prose(tokens, seed + 2)
     fake.openai_body = make_openai_stream(text, words_per_chunk=1)
     d = tmp / "overhead"
     d.mkdir(parents=True, exist_ok=True)
@@ -198,7 +199,7 @@ def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) ->
                 if pid:
                     get_cpu[name].append((cpu_seconds(pid) - c0) / block)
         fake.clear()
-    out: dict[str, Any] = {"events_per_stream": events, "streams_per_route": streams,
+    out: dict[str, Any] = {"answer_tokens": tokens, "streams_per_route": streams,
                            "upstream_gap_ms": 2.0, "idle_cpu_ms_per_s": idle, "routes": {}}
     for name in names:
         all_lat = np.concatenate(lat[name])
