@@ -87,3 +87,11 @@ class Adapter(ABC):
         appear once (ids and names on the first, finish reasons and usage on the last) are
         placed where the format expects them.
         """
+
+
+def check_split(event: Event, pieces: Sequence[str]) -> None:
+    """Raise ValueError unless `split(event, pieces)` may be called (the contract above)."""
+    if not event.splittable or event.payload is None:
+        raise ValueError("event is not splittable")
+    if not pieces or "".join(pieces) != event.text:
+        raise ValueError("pieces do not add up to the event's text")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, ClassVar
 
-from .base import Adapter, Event, RequestShape
+from .base import Adapter, Event, RequestShape, check_split
 from .gemini_sse import GeminiTextPart, classify_response, is_stream_generate, piece_response, wants_sse
 
 __all__ = ["GeminiJSONArrayAdapter"]
@@ -223,11 +223,8 @@ class GeminiJSONArrayAdapter(Adapter):
     # -- splitting -------------------------------------------------------------------
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         """Write len(pieces) array elements; the first keeps the event's own prefix."""
+        check_split(event, pieces)
         target = event.payload
-        if not event.splittable or not isinstance(target, _Target):
-            raise ValueError("event is not splittable")
-        if not pieces or "".join(pieces) != event.text:
-            raise ValueError("pieces do not add up to the event's text")
         if len(pieces) == 1:
             return [event.raw]
         separator = self._separator_for(target)

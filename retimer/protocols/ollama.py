@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..ndjson import NDJSONLine, NDJSONParser, is_ndjson
-from .base import Adapter, Channel, Event, RequestShape
+from .base import Adapter, Channel, Event, RequestShape, check_split
 from .sse_json import dumps, request_path
 
 __all__ = ["OllamaAdapter"]
@@ -109,11 +109,8 @@ class OllamaAdapter(Adapter):
         return Event(raw=line.raw, texts=tuple(texts), payload=target)
 
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        check_split(event, pieces)
         target = event.payload
-        if not event.splittable or not isinstance(target, _Target):
-            raise ValueError("event is not splittable")
-        if not pieces or "".join(pieces) != event.text:
-            raise ValueError("pieces do not add up to the event's text")
         if len(pieces) == 1:
             return [event.raw]
         last = len(pieces) - 1

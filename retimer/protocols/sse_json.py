@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..sse import SSEEvent, SSEParser, format_event
-from .base import Adapter, Event
+from .base import Adapter, Event, check_split
 
 
 class SplitTarget(Protocol):
@@ -58,11 +58,8 @@ class SSEJSONAdapter(Adapter):
         """The JSON object of one piece of a split event."""
 
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        check_split(event, pieces)
         target = event.payload
-        if not event.splittable or target is None:
-            raise ValueError("event is not splittable")
-        if not pieces or "".join(pieces) != event.text:
-            raise ValueError("pieces do not add up to the event's text")
         if len(pieces) == 1:
             return [event.raw]
         sse: SSEEvent = target.sse
