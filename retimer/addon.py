@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.proxy.mode_specs import ReverseMode
 
 from . import bridge
 from .encoding import decoder_for
@@ -26,12 +27,17 @@ from .pacer import StreamPacer
 from .profile import Profile, ProfileError, load_profile
 from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
+from .protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
 from .records import RecordLog, redact_url
 from .scheduler import NoTiming
+from .ws_pacing import WebSocketPacing
 
 logger = logging.getLogger("retimer")
 
-STREAM_TYPES = ("text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson")
+STREAM_TYPES = (
+    "text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson",
+    "application/vnd.amazon.eventstream",
+)
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -39,6 +45,21 @@ Listener = Callable[[dict[str, Any]], None]
 def build_profile(name: str, ttft: str = "", tps: str = "", jitter: str = "") -> Profile:
     """The active profile with command-line overrides; errors name the option at fault."""
     return load_profile(name).with_overrides(ttft=ttft or None, tps=tps or None, jitter=jitter or None)
+
+
+def destination_host(flow: http.HTTPFlow) -> str:
+    """The host the flow goes to. In reverse mode that is the --upstream host, whatever Host
+    header the client sent (kept as is with keep_host_header); elsewhere the Host header wins,
+    as transparent mode only knows the IP address."""
+    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
+        return flow.request.host
+    return flow.request.pretty_host
+
+
+def destination_url(flow: http.HTTPFlow) -> str:
+    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
+        return flow.request.url
+    return flow.request.pretty_url
 
 
 def is_stream_response(response: http.Response) -> bool:
@@ -56,6 +77,7 @@ class Retimer:
         self.log: RecordLog | None = None
         self.listeners: list[Listener] = []
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
+        self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -123,7 +145,7 @@ class Retimer:
         content_type = response.headers.get("content-type", "")
         shape = RequestShape(
             method=request.method,
-            host=request.pretty_host,
+            host=destination_host(flow),
             path=request.path,
             headers={k.lower(): v for k, v in request.headers.items()},
             body=request.raw_content or b"",
@@ -134,7 +156,7 @@ class Retimer:
             if not is_stream_response(response):
                 return  # not a stream: mitmproxy handles it as usual
             response.stream = True  # a stream is never buffered whole, paced or not
-            if not (is_llm_host(request.pretty_host) and response.status_code == 200):
+            if not (is_llm_host(destination_host(flow)) and response.status_code == 200):
                 return
             adapter = fallback_adapter(content_type)
             if adapter is None:
@@ -146,7 +168,7 @@ class Retimer:
         if decoder is None:
             logger.warning(
                 f"retimer: unknown content-encoding {response.headers.get('content-encoding')!r} "
-                f"from {request.pretty_host}; passing the stream through unchanged"
+                f"from {destination_host(flow)}; passing the stream through unchanged"
             )
             return
         if "content-encoding" in response.headers:
@@ -156,17 +178,51 @@ class Retimer:
             del response.headers["content-length"]
             if response.http_version.startswith("HTTP/1"):
                 response.headers["transfer-encoding"] = "chunked"
+        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        pacer, index = self._pacer(adapter, start, decoder)
+        flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
+        bridge.pace(flow, pacer, self._finished)
+        self.active[flow.id] = (flow, pacer)
+
+    def _pacer(
+        self, adapter: Adapter, start: float, decoder: Any = None
+    ) -> tuple[StreamPacer, int]:
+        """A pacer with the next stream index's timing draw (seeded by seed and index)."""
+        assert self.profile is not None
         index = self.streams
         self.streams += 1
         rng = np.random.default_rng([self.seed, index])
         timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
-        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer = StreamPacer(
             adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder
         )
-        flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
-        bridge.pace(flow, pacer, self._finished)
-        self.active[flow.id] = (flow, pacer)
+        return pacer, index
+
+    # -- WebSocket -------------------------------------------------------------------------
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        if self.profile is None or self.profile.passthrough:
+            return
+        request = flow.request
+        if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
+            flow.metadata["retimer"] = {"protocol": WebSocketMessageAdapter.name}
+            self.websockets.start(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.websockets.message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.websockets.end(flow)
+
+    def _websocket_turn(self, flow: http.HTTPFlow, start: float) -> tuple[StreamPacer, int]:
+        return self._pacer(WebSocketMessageAdapter(), start)
+
+    def _websocket_done(
+        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str, index: int
+    ) -> None:
+        record = self._record(flow, pacer, end, outcome, index=index)
+        if self.log:
+            self.log.write(record)
+        self._notify(record)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Records of the streams in flight, as they stand now (for the live view)."""
@@ -184,17 +240,20 @@ class Retimer:
             listener(record)
 
     def _record(
-        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str
+        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
+        *, index: int | None = None,
     ) -> dict[str, Any]:
         assert self.profile is not None
         meta = flow.metadata.get("retimer", {})
+        if index is not None:
+            meta = {**meta, "index": index}
         timing = pacer.stats.record(end if end is not None else time.monotonic())
         emitted_ms = timing["emitted"]["duration_ms"] or 0.0
         wait_ms = pacer.scheduler.bound_s * 1000
         return {
             "id": flow.id,
             "time": datetime.fromtimestamp(flow.request.timestamp_start, UTC).isoformat(),
-            "url": redact_url(flow.request.pretty_url),
+            "url": redact_url(destination_url(flow)),
             "protocol": meta.get("protocol"),
             "profile": self.profile.name,
             "seed": self.seed,
@@ -209,7 +268,7 @@ class Retimer:
             "upstream_bound": (not self.profile.passthrough)
             and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
             "upstream_wait_ms": round(wait_ms, 3),
-            "fallback": pacer.failure,
+            "fallback": pacer.fallback,
         }
 
 

@@ -6,6 +6,11 @@ flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes 
 stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
 `RequestWakeup` we asked for comes back as `Wakeup`, and `ResponseEndOfMessage` is held until
 the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+
+WebSocket messages are paced with public hooks (dropped in `websocket_message`, re-sent with
+`inject.websocket`); what needs the internals is order: while a paced WebSocket still holds
+messages, the server's later events (more data, its close frame, a reset) wait here, so a
+close can never overtake held messages. `WebsocketLayer.handle_event` is wrapped for that.
 `check_internals()` verifies at start-up that every private name used here still exists.
 """
 
@@ -19,7 +24,9 @@ from typing import Any
 
 from mitmproxy import http
 from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
+from mitmproxy.proxy.layers import websocket as ws_layer
 
 from .pacer import Emission, StreamPacer
 
@@ -36,6 +43,8 @@ ResponseData = http_layer.ResponseData
 ResponseEndOfMessage = http_layer.ResponseEndOfMessage
 ResponseProtocolError = http_layer.ResponseProtocolError
 RequestProtocolError = http_layer.RequestProtocolError
+
+WebsocketLayer = ws_layer.WebsocketLayer
 
 DoneCallback = Callable[[http.HTTPFlow, StreamPacer, float, str], None]
 
@@ -60,8 +69,63 @@ class PacedFlow:
     wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
 
 
+class CloseFrameScanner:
+    """Finds where the server's close frame starts in its byte stream (frame headers only).
+
+    One read can carry the last messages and the close frame together; the part before the
+    close goes to mitmproxy at once (its messages get held), the close waits its turn.
+    """
+
+    __slots__ = ("_head", "_skip", "seen")
+
+    def __init__(self) -> None:
+        self._head = b""  # a frame header cut by the end of the previous read
+        self._skip = 0  # payload bytes of the current frame still to come
+        self.seen = False
+
+    def close_offset(self, data: bytes) -> int | None:
+        """Offset in `data` where a close frame begins, or None (the scan state advances)."""
+        pos, size = 0, len(data)
+        while pos < size and not self.seen:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                continue
+            carried = len(self._head)
+            buf = self._head + data[pos : pos + 14]
+            if len(buf) < 2:
+                self._head = buf
+                return None
+            length = buf[1] & 0x7F
+            need = 2 + {126: 2, 127: 8}.get(length, 0) + (4 if buf[1] & 0x80 else 0)
+            if len(buf) < need:
+                self._head = buf
+                return None
+            if buf[0] & 0x0F == 0x8:
+                self.seen = True
+                return max(0, pos - carried)
+            if length == 126:
+                length = int.from_bytes(buf[2:4], "big")
+            elif length == 127:
+                length = int.from_bytes(buf[2:10], "big")
+            self._head = b""
+            pos += need - carried
+            self._skip = length
+        return None
+
+
+@dataclass(slots=True)
+class HeldWebSocket:
+    holding: Callable[[], bool]  # true while the shell still holds messages to re-send
+    deferred: list[events.Event] = field(default_factory=list)  # server events waiting
+    scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
+
+
 _paced: dict[str, PacedFlow] = {}
+_held_ws: dict[str, HeldWebSocket] = {}
 _original_handle_event: Callable[..., Any] | None = None
+_original_ws_handle_event: Callable[..., Any] | None = None
 
 
 def check_internals() -> None:
@@ -75,6 +139,8 @@ def check_internals() -> None:
         "layers.http.ResponseData": getattr(http_layer, "ResponseData", None),
         "layers.http.ResponseEndOfMessage": getattr(http_layer, "ResponseEndOfMessage", None),
         "events.Wakeup": getattr(events, "Wakeup", None),
+        "WebsocketLayer.handle_event": getattr(WebsocketLayer, "handle_event", None),
+        "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
     }
     missing = [name for name, value in needed.items() if value is None]
     if missing:
@@ -91,8 +157,11 @@ def install() -> None:
     if _original_handle_event is not None:
         return
     check_internals()
+    global _original_ws_handle_event
     _original_handle_event = HttpStream._handle_event
     HttpStream._handle_event = _handle_event  # type: ignore[method-assign]
+    _original_ws_handle_event = WebsocketLayer.handle_event
+    WebsocketLayer.handle_event = _ws_handle_event  # type: ignore[method-assign]
 
 
 def pace(flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
@@ -102,8 +171,50 @@ def pace(flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None
     _paced[flow.id] = PacedFlow(pacer, on_done)
 
 
+def hold_websocket(flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
+    """Keep this WebSocket's server events back while `holding()` is true (call at its start)."""
+    if _original_ws_handle_event is None:
+        raise RuntimeError("retimer.bridge.install() was not called")
+    _held_ws[flow.id] = HeldWebSocket(holding)
+
+
+def release_websocket(flow: http.HTTPFlow) -> None:
+    _held_ws.pop(flow.id, None)
+
+
 def active() -> int:
     return len(_paced)
+
+
+def _ws_handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+    assert _original_ws_handle_event is not None
+    held = _held_ws.get(self.flow.id)
+    if held is None:
+        yield from _original_ws_handle_event(self, event)
+        return
+    from_server = (
+        isinstance(event, events.ConnectionEvent) and event.connection == self.context.server
+    )
+    if from_server and (held.deferred or held.holding()):
+        held.deferred.append(event)
+        return
+    if from_server and isinstance(event, events.DataReceived) and not held.scanner.seen:
+        cut = held.scanner.close_offset(event.data)
+        if cut is not None:
+            held.deferred.append(events.DataReceived(event.connection, event.data[cut:]))
+            if not cut:
+                yield from _replay(self, held)
+                return
+            event = events.DataReceived(event.connection, event.data[:cut])
+    yield from _original_ws_handle_event(self, event)
+    yield from _replay(self, held)
+
+
+def _replay(self: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
+    assert _original_ws_handle_event is not None
+    # replay what waited once everything held is out (and no hook reply is pending)
+    while held.deferred and not self._paused and not held.holding():
+        yield from _original_ws_handle_event(self, held.deferred.pop(0))
 
 
 def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
@@ -120,11 +231,11 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
     streaming = self.server_state == self.state_stream_response_body
     if isinstance(event, ResponseData) and streaming:
         paced.pacer.feed(event.data, time.monotonic())
-        if paced.pacer.failure and not paced.warned:
+        if not paced.warned and (failure := paced.pacer.fallback):
             paced.warned = True
             logger.warning(
                 f"retimer: cannot parse the {paced.pacer.adapter.name} stream from "
-                f"{self.flow.request.pretty_host} ({paced.pacer.failure}); "
+                f"{self.flow.request.pretty_host} ({failure}); "
                 "passing the rest through unchanged"
             )
         yield from _emit(self, paced)

@@ -17,7 +17,6 @@ LLM_HOSTS: tuple[str, ...] = (
     "aiplatform.googleapis.com",  # Vertex AI, with regional prefixes
     "openai.azure.com",  # Azure OpenAI resources: <name>.openai.azure.com
     "services.ai.azure.com",
-    "bedrock-runtime.amazonaws.com",  # with regional prefixes
     # OpenAI-compatible providers
     "openrouter.ai",
     "api.groq.com",
@@ -62,6 +61,15 @@ LLM_HOSTS: tuple[str, ...] = (
 )
 
 
+# hosts whose region sits inside the name: bedrock-runtime.us-east-1.amazonaws.com,
+# bedrock-runtime-fips.us-west-2.amazonaws.com, us-central1-aiplatform.googleapis.com
+LLM_HOST_PATTERNS: tuple[str, ...] = (
+    r"bedrock-runtime(?:-fips)?\.[a-z0-9-]+\.amazonaws\.com",
+    r"[a-z0-9-]+-aiplatform\.googleapis\.com",
+)
+_LLM_HOST_RE = re.compile("|".join(f"(?:{p})" for p in LLM_HOST_PATTERNS))
+
+
 def host_pattern(host: str) -> str:
     """A regex for `allow_hosts` matching the host and its subdomains, on any port."""
     return rf"^(?:[^:]+\.)?{re.escape(host)}:\d+$"
@@ -69,9 +77,15 @@ def host_pattern(host: str) -> str:
 
 def allow_hosts(extra: list[str]) -> list[str]:
     """mitmproxy `allow_hosts` value: the default LLM hosts plus user regexes, as given."""
-    return [host_pattern(h) for h in LLM_HOSTS] + list(extra)
+    return (
+        [host_pattern(h) for h in LLM_HOSTS]
+        + [rf"^{p}:\d+$" for p in LLM_HOST_PATTERNS]
+        + list(extra)
+    )
 
 
 def is_llm_host(host: str) -> bool:
     host = host.lower().rstrip(".")
-    return any(host == h or host.endswith("." + h) for h in LLM_HOSTS)
+    return any(host == h or host.endswith("." + h) for h in LLM_HOSTS) or bool(
+        _LLM_HOST_RE.fullmatch(host)
+    )

@@ -98,6 +98,11 @@ class StreamPacer:
             self._push(Emission(now, bytes(self._unparsed), 0, None))
         self._unparsed.clear()
 
+    @property
+    def fallback(self) -> str | None:
+        """Why (part of) the stream went through unparsed, by the pacer or the adapter."""
+        return self.failure or self.adapter.failure
+
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
         if self._queue:

@@ -75,7 +75,8 @@ def test_unknown_stream_from_an_llm_host_is_paced_whole(
     proxy: RetimerProxy, fake: FakeLLM, fixture: str
 ) -> None:
     before = len(proxy.records(0, timeout=0))
-    out = _post(proxy, fake, "/backend-api/conversation", fixture, host="chatgpt.com")
+    # a path no adapter knows, on a known LLM host: the generic fallback
+    out = _post(proxy, fake, "/backend-api/other-stream", fixture, host="chatgpt.com")
     assert out == load(fixture)  # never altered
     record = proxy.records(before + 1)[-1]
     assert record["protocol"] == "generic"
@@ -86,7 +87,7 @@ def test_unknown_stream_from_an_llm_host_is_paced_whole(
 def test_unknown_stream_from_another_host_is_not_paced(proxy: RetimerProxy, fake: FakeLLM):
     before = len(proxy.records(0, timeout=0))
     fixture = "chatgpt-web/backend-api-conversation-v1-2024-10-gpt-4o-padded.sse"
-    assert _post(proxy, fake, "/backend-api/conversation", fixture) == load(fixture)
+    assert _post(proxy, fake, "/backend-api/other-stream", fixture) == load(fixture)
     assert len(proxy.records(before, timeout=0.3)) == before
 
 

@@ -18,8 +18,13 @@ from retimer.records import RecordLog, redact_url
         ("api.openai.com:443", True),
         ("chatgpt.com:443", True),
         ("myres.openai.azure.com:443", True),
-        ("us-east-1.bedrock-runtime.amazonaws.com:443", True),
-        ("europe-west4-aiplatform.googleapis.com:443", False),  # not a subdomain of the entry
+        ("bedrock-runtime.us-east-1.amazonaws.com:443", True),
+        ("bedrock-runtime-fips.us-west-2.amazonaws.com:443", True),
+        ("bedrock.us-east-1.amazonaws.com:443", False),  # the control plane, not streams
+        ("s3.us-east-1.amazonaws.com:443", False),
+        ("europe-west4-aiplatform.googleapis.com:443", True),
+        ("aiplatform.googleapis.com:443", True),
+        ("evil-aiplatform.googleapis.com.evil.net:443", False),
         ("evilopenai.com:443", False),
         ("api.openai.com.evil.net:443", False),
         ("www.google.com:443", False),
@@ -34,13 +39,16 @@ def test_default_interception_list(address: str, intercepted: bool) -> None:
 def test_user_patterns_extend_the_list() -> None:
     patterns = allow_hosts([r"^llm\.internal:"])
     assert any(re.search(p, "llm.internal:8443") for p in patterns)
-    assert len(patterns) == len(LLM_HOSTS) + 1
+    assert len(patterns) == len(allow_hosts([])) + 1
 
 
 def test_is_llm_host() -> None:
     assert is_llm_host("API.Anthropic.com.")
     assert is_llm_host("eastus.openai.azure.com")
     assert not is_llm_host("anthropic.com.evil.net")
+    assert is_llm_host("bedrock-runtime.eu-central-1.amazonaws.com")
+    assert is_llm_host("us-central1-aiplatform.googleapis.com")
+    assert not is_llm_host("bedrock-runtime.eu-central-1.amazonaws.com.evil.net")
     assert re.search(host_pattern("claude.ai"), "claude.ai:443")
 
 

@@ -8,36 +8,57 @@ from __future__ import annotations
 
 from .anthropic_messages import AnthropicMessagesAdapter
 from .base import Adapter, Channel, Event, RequestShape
+from .bedrock import BedrockEventStreamAdapter
+from .chatgpt_web import ChatGPTWebAdapter
+from .claude_web import ClaudeWebAdapter
+from .deepseek_web import DeepSeekWebAdapter
 from .gemini_json import GeminiJSONArrayAdapter
 from .gemini_sse import GeminiSSEAdapter
+from .gemini_web import GeminiWebAdapter
 from .generic import GenericStreamAdapter
 from .ollama import OllamaAdapter
 from .openai_chat import OpenAIChatAdapter
 from .openai_responses import OpenAIResponsesAdapter
+from .tgi import TGIGenerateStreamAdapter
+from .zai_web import ZaiWebAdapter
 
 __all__ = [
     "ADAPTERS",
     "Adapter",
     "AnthropicMessagesAdapter",
+    "BedrockEventStreamAdapter",
+    "ChatGPTWebAdapter",
     "Channel",
+    "ClaudeWebAdapter",
+    "DeepSeekWebAdapter",
     "Event",
     "GeminiJSONArrayAdapter",
     "GeminiSSEAdapter",
+    "GeminiWebAdapter",
     "GenericStreamAdapter",
     "OllamaAdapter",
     "OpenAIChatAdapter",
     "OpenAIResponsesAdapter",
     "RequestShape",
+    "TGIGenerateStreamAdapter",
+    "ZaiWebAdapter",
     "find_adapter",
 ]
 
 ADAPTERS: tuple[type[Adapter], ...] = (
+    ZaiWebAdapter,  # chat.z.ai only; its path also looks like OpenAI Chat
     OpenAIChatAdapter,
+    ClaudeWebAdapter,  # claude.ai's completion paths; Anthropic-like events
     AnthropicMessagesAdapter,
     OpenAIResponsesAdapter,
     OllamaAdapter,
     GeminiSSEAdapter,
     GeminiJSONArrayAdapter,
+    GeminiWebAdapter,
+    ChatGPTWebAdapter,
+    DeepSeekWebAdapter,
+    BedrockEventStreamAdapter,
+    TGIGenerateStreamAdapter,  # last: it also accepts a TGI-shaped body at any path
 )
 
 

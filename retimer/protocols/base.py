@@ -79,6 +79,11 @@ class Adapter(ABC):
     def end(self) -> list[Event]:
         """The upstream ended: return what is left (a trailing partial event goes out verbatim)."""
 
+    @property
+    def failure(self) -> str | None:
+        """Why the adapter gave up parsing and passes the rest through itself (None: it did not)."""
+        return None
+
     @abstractmethod
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         """Serialise `event` as len(pieces) valid events whose texts are `pieces`, in order.

@@ -1,0 +1,262 @@
+"""WebSocket pacing: the message adapter (sans-io) and real WebSocket turns through the proxy."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from adapter_checks import channel_texts, random_pieces
+from proxy import RetimerProxy
+from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
+
+from retimer.protocols.base import Channel, Event, RequestShape
+from retimer.protocols.websocket import (WebSocketMessageAdapter, decode_messages, encode_message,
+                                         is_llm_websocket_path)
+
+TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
+
+
+def realtime(kind: str, **fields: object) -> bytes:
+    return json.dumps({"type": kind, "event_id": f"event_{random.randrange(10**9)}", **fields}).encode()
+
+
+def feed_all(messages: list[tuple[bytes, bool]]) -> tuple[WebSocketMessageAdapter, list[Event]]:
+    adapter = WebSocketMessageAdapter()
+    events: list[Event] = []
+    for payload, is_text in messages:
+        events += adapter.feed(encode_message(payload, is_text=is_text))
+    return adapter, events + adapter.end()
+
+
+# -- records ---------------------------------------------------------------------------
+@given(st.lists(st.tuples(st.binary(max_size=300), st.booleans()), max_size=8))
+def test_records_round_trip(messages: list[tuple[bytes, bool]]) -> None:
+    data = b"".join(encode_message(p, is_text=t) for p, t in messages)
+    assert decode_messages(data) == messages
+
+
+@given(st.lists(st.tuples(st.binary(max_size=80), st.booleans()), min_size=1, max_size=5),
+       st.lists(st.integers(0, 600), max_size=6))
+def test_adapter_events_do_not_depend_on_chunking(messages: list[tuple[bytes, bool]],
+                                                  cuts: list[int]) -> None:
+    data = b"".join(encode_message(p, is_text=t) for p, t in messages)
+    points = sorted({c for c in cuts if 0 < c < len(data)})
+    adapter = WebSocketMessageAdapter()
+    events: list[Event] = []
+    for a, b in zip([0, *points], [*points, len(data)]):
+        events += adapter.feed(data[a:b])
+    events += adapter.end()
+    assert b"".join(e.raw for e in events) == data
+    assert len(events) == len(messages)
+
+
+def test_broken_record_is_refused() -> None:
+    good = encode_message(b"hello", is_text=True)
+    with pytest.raises(ValueError):
+        decode_messages(good[:-1])
+    with pytest.raises(ValueError):
+        decode_messages(b"x" + good[1:])
+
+
+@pytest.mark.parametrize(("path", "expected"), [
+    ("/v1/realtime?model=gpt-realtime", True),
+    ("/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent", True),
+    ("/v1/responses", True),
+    ("/socket.io/?EIO=4", False),
+    ("/chat", False),
+])
+def test_llm_websocket_paths(path: str, expected: bool) -> None:
+    assert is_llm_websocket_path(path) is expected
+    assert WebSocketMessageAdapter.accepts(RequestShape("GET", "h", path, {}, b""), "") is expected
+
+
+# -- channels and splitting ------------------------------------------------------------
+def test_channels_of_known_shapes() -> None:
+    gemini = json.dumps({"serverContent": {"modelTurn": {"parts": [{"text": "Bonjour à tous"}]}}})
+    thought = json.dumps({"serverContent": {"modelTurn": {"parts": [{"text": "hmm", "thought": True}]}}})
+    _, events = feed_all([
+        (realtime("session.created", session={"id": "s"}), True),
+        (realtime("response.output_text.delta", delta="Hello"), True),
+        (realtime("response.output_audio_transcript.delta", delta=" there"), True),
+        (realtime("response.reasoning_summary_text.delta", delta="think"), True),
+        (realtime("response.function_call_arguments.delta", delta='{"a":'), True),
+        (b"\x00\x01audio", False),
+        (gemini.encode(), True),
+        (thought.encode(), True),
+        (realtime("response.done", response={"status": "completed"}), True),
+    ])
+    assert [e.texts for e in events] == [
+        (), ((TEXT, "Hello"),), ((TEXT, " there"),), ((REASONING, "think"),),
+        ((TOOL_ARGS, '{"a":'),), (), ((TEXT, "Bonjour à tous"),), ((REASONING, "hmm"),), (),
+    ]
+    assert all(e.splittable for e in events if e.texts)
+
+
+def test_unknown_text_messages_are_estimated_and_kept_whole() -> None:
+    _, events = feed_all([(b'{"kind":"chunk","content":"some words here"}', True),
+                          (b"plain text words", True), (b"{broken json", True)])
+    assert [e.atomic for e in events] == [True, True, True]
+    assert channel_texts(events)[TEXT]
+    assert all(not e.splittable for e in events)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(min_size=1, max_size=60), st.randoms(use_true_random=False))
+def test_split_realtime_delta_keeps_text_ids_and_order(text: str, rnd: random.Random) -> None:
+    adapter = WebSocketMessageAdapter()
+    [event] = adapter.feed(encode_message(
+        json.dumps({"type": "response.output_text.delta", "event_id": "event_1", "delta": text,
+                    "item_id": "item_9", "content_index": 0}).encode(), is_text=True))
+    pieces = random_pieces(text, rnd)
+    out = adapter.split(event, pieces)
+    again = [json.loads(p) for m in out for p, _ in decode_messages(m)]
+    assert [o["delta"] for o in again] == pieces
+    assert {o["item_id"] for o in again} == {"item_9"}
+    assert len({o["event_id"] for o in again}) == len(pieces)
+    assert again[0]["event_id"] == "event_1"
+
+
+def test_sequence_numbers_stay_strictly_increasing_after_splits() -> None:
+    adapter = WebSocketMessageAdapter()
+    def msg(seq: int, kind: str, **f: object) -> bytes:
+        return encode_message(json.dumps({"type": kind, "sequence_number": seq, **f}).encode(),
+                              is_text=True)
+    out: list[bytes] = []
+    for seq, (kind, fields) in enumerate([
+        ("response.created", {}), ("response.output_text.delta", {"delta": "one two three"}),
+        ("response.output_text.delta", {"delta": " four five"}), ("response.completed", {}),
+    ]):
+        for event in adapter.feed(msg(seq, kind, **fields)):
+            if event.splittable:
+                text = event.text
+                out += adapter.split(event, [text[:3], text[3:6], text[6:]])
+            else:
+                out.append(event.raw)
+    numbers = [json.loads(p)["sequence_number"] for m in out for p, _ in decode_messages(m)]
+    assert numbers == list(range(len(numbers)))
+    deltas = [json.loads(p).get("delta", "") for m in out for p, _ in decode_messages(m)]
+    assert "".join(deltas) == "one two three four five"
+
+
+# -- through the proxy -------------------------------------------------------------------
+WORDS = "The quick brown fox jumps over the lazy dog while the cat watches from afar."
+
+
+def reply(close_after: bool = False) -> WSReply:
+    words = WORDS.split(" ")
+    deltas = [(" " if i else "") + w for i, w in enumerate(words)]
+    messages: list[tuple[bytes | str, bool]] = [
+        (json.dumps({"type": "response.created", "event_id": "e0"}), True)]
+    messages += [(json.dumps({"type": "response.output_text.delta", "event_id": f"e{i + 1}",
+                              "delta": d}), True) for i, d in enumerate(deltas)]
+    messages += [(b"\x00\x01\x02binary-audio", False),
+                 (json.dumps({"type": "response.done", "event_id": "end"}), True)]
+    return WSReply(messages, close_after=close_after)
+
+
+@pytest.fixture(scope="module")
+def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetimerProxy]:
+    with RetimerProxy(tmp_path_factory.mktemp("ws"), "--profile", "gpt-5", "--ttft", "400ms",
+                      "--tps", "40", "--jitter", "0") as p:
+        yield p
+
+
+def _check_turn(received: list, sent_at: float) -> None:
+    texts = [r.data for r in received if isinstance(r.data, str)]
+    objs = [json.loads(t) for t in texts]
+    kinds = [o["type"] for o in objs]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.done"
+    assert "".join(o.get("delta", "") for o in objs) == WORDS
+    assert [r.data for r in received if isinstance(r.data, bytes)] == [b"\x00\x01\x02binary-audio"]
+    deltas = [r for r, o in zip([r for r in received if isinstance(r.data, str)], objs)
+              if o["type"] == "response.output_text.delta"]
+    # the server wrote the whole reply at once: any spread is the proxy's pacing
+    # (400 ms TTFT, ~19 tokens at 40 tok/s ~ 0.45 s; loose bounds, this is not a timing test)
+    assert deltas[0].at - sent_at > 0.2
+    assert deltas[-1].at - deltas[0].at > 0.2
+
+
+def test_realtime_turns_are_paced_with_exact_text(proxy: RetimerProxy) -> None:
+    before = len(proxy.records(0, timeout=0))
+    with FakeWSLLM([reply()]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime?model=x")
+        try:
+            for _ in range(2):
+                sent = client.send(json.dumps({"type": "response.create"}))
+                _check_turn(client.receive_until('"response.done"'), sent)
+        finally:
+            client.close()
+    records = proxy.records(before + 2)[before:]
+    assert [r["protocol"] for r in records] == ["websocket", "websocket"]
+    assert all(r["outcome"] == "complete" for r in records)
+    assert all(r["emitted"]["tokens"] == r["upstream"]["tokens"] > 10 for r in records)
+    assert all(r["emitted"]["ttft_ms"] > 300 for r in records)
+
+
+def test_server_close_waits_for_held_messages(proxy: RetimerProxy) -> None:
+    with FakeWSLLM([reply(close_after=True)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime")
+        try:
+            sent = client.send(json.dumps({"type": "response.create"}))
+            received = client.receive_until('"response.done"')
+            _check_turn(received, sent)
+            assert client.receive_until("never") == []
+            assert client.closed_by_server and client.close_code == 1000
+        finally:
+            client.close()
+
+
+def test_other_websockets_are_untouched(proxy: RetimerProxy, tmp_path: Path) -> None:
+    with FakeWSLLM([reply()]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/socket.io/")
+        try:
+            sent = client.send("hi")
+            received = client.receive_until('"response.done"')
+        finally:
+            client.close()
+    assert len(received) == len(reply().messages)
+    assert received[-1].at - sent < 0.35  # paced, the last message would come after ~0.85 s
+
+
+# -- the bridge's close-frame scanner ---------------------------------------------------
+def _frame(opcode: int, payload: bytes, mask: bool = False) -> bytes:
+    n = len(payload)
+    head = bytes([0x80 | opcode])
+    m = 0x80 if mask else 0
+    if n < 126:
+        head += bytes([m | n])
+    elif n < 65536:
+        head += bytes([m | 126]) + n.to_bytes(2, "big")
+    else:
+        head += bytes([m | 127]) + n.to_bytes(8, "big")
+    return head + (b"\x01\x02\x03\x04" if mask else b"") + payload
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0x1, 0x2, 0x9, 0xA]), st.integers(0, 70000), st.booleans()),
+                max_size=5),
+       st.lists(st.integers(1, 200000), max_size=8))
+def test_close_frame_scanner_finds_the_close_at_any_cut(frames: list[tuple[int, int, bool]],
+                                                        cuts: list[int]) -> None:
+    from retimer.bridge import CloseFrameScanner
+
+    before = b"".join(_frame(op, b"x" * n, mask) for op, n, mask in frames)
+    data = before + _frame(0x8, b"\x03\xe8done") + _frame(0x1, b"after")
+    points = sorted({c for c in cuts if 0 < c < len(data)})
+    scanner = CloseFrameScanner()
+    found: int | None = None
+    for a, b in zip([0, *points], [*points, len(data)]):
+        offset = scanner.close_offset(data[a:b])
+        if offset is not None:
+            found = a + offset
+            break
+    # the close starts at len(before); when its 2-byte header was cut by a read, the start of
+    # the read that completes it is reported (the first byte already went on, harmlessly)
+    assert found is not None
+    assert found == len(before) or (found == len(before) + 1 and found in points)
