@@ -76,6 +76,10 @@ class Retimer:
         self.streams = 0
         self.log: RecordLog | None = None
         self.listeners: list[Listener] = []
+        # called with (flow, pacer, record) when an HTTP stream finished (e.g. the response cache)
+        self.stream_done_hooks: list[Callable[[http.HTTPFlow, StreamPacer, dict[str, Any]], None]] = []
+        # called with (flow, pacer) when a pacer was made for an HTTP stream, before any byte
+        self.stream_start_hooks: list[Callable[[http.HTTPFlow, StreamPacer], None]] = []
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
         self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
 
@@ -181,6 +185,8 @@ class Retimer:
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer, index = self._pacer(adapter, start, decoder)
         flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
+        for start_hook in self.stream_start_hooks:
+            start_hook(flow, pacer)
         bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
@@ -231,6 +237,11 @@ class Retimer:
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
         self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
+        for hook in self.stream_done_hooks:
+            try:
+                hook(flow, pacer, record)
+            except Exception:  # another concern's failure must never break records
+                logger.exception("retimer: a stream-done hook failed")
         if self.log:
             self.log.write(record)
         self._notify(record)

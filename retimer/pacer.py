@@ -43,6 +43,7 @@ class StreamPacer:
         self.adapter = adapter
         self.decoder = decoder
         self.failure: str | None = None  # set when the stream fell back to pass-through
+        self.captured: bytearray | None = None  # set to a bytearray to keep the decoded body
         self._unparsed = bytearray()  # bytes fed to the adapter that no event has covered yet
         self.timing = timing
         self.passthrough = passthrough
@@ -64,10 +65,16 @@ class StreamPacer:
     def feed(self, data: bytes, now: float) -> None:
         """Upstream bytes arrived at `now`."""
         self.stats.upstream_bytes(now)
+        if self.decoder is not None:
+            try:
+                data = self.decoder.decode(data)
+            except Exception as e:  # the body is sent decoded: nothing better is left to do
+                self.decoder = None
+                self._fail_open(e, now)
+        if self.captured is not None:
+            self.captured += data
         if self.failure is None:
             try:
-                if self.decoder is not None:
-                    data = self.decoder.decode(data)
                 self._unparsed += data
                 for event in self.adapter.feed(data):
                     self._event(event, now)
