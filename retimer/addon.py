@@ -30,6 +30,7 @@ from .protocols.base import Adapter, RequestShape
 from .protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
 from .records import RecordLog, redact_url
 from .scheduler import NoTiming
+from .strategy import Strategy, parse_strategy
 from .ws_pacing import WebSocketPacing
 
 logger = logging.getLogger("retimer")
@@ -73,6 +74,7 @@ class Retimer:
     def __init__(self) -> None:
         self.profile: Profile | None = None
         self.seed: int = 0
+        self.strategy = Strategy.LIVE
         self.streams = 0
         self.log: RecordLog | None = None
         self.listeners: list[Listener] = []
@@ -105,6 +107,12 @@ class Retimer:
         loader.add_option(
             "retimer_log", str, "", "Append one JSON line per re-timed stream to this file."
         )
+        loader.add_option(
+            "retimer_strategy", str, "live",
+            "When the upstream is slower than the target: live (tokens leave as they can), "
+            "smooth (start late enough to play at the profile rate without stalls) or replay "
+            "(wait for the whole response, then play it with exact timing).",
+        )
         bridge.install()
 
     def configure(self, updated: set[str]) -> None:
@@ -115,6 +123,11 @@ class Retimer:
                     opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter
                 )
             except ProfileError as e:
+                raise exceptions.OptionsError(str(e)) from None
+        if "retimer_strategy" in updated:
+            try:
+                self.strategy = parse_strategy(ctx.options.retimer_strategy)
+            except ValueError as e:
                 raise exceptions.OptionsError(str(e)) from None
         if "retimer_seed" in updated:
             seed = ctx.options.retimer_seed
@@ -183,7 +196,7 @@ class Retimer:
             if response.http_version.startswith("HTTP/1"):
                 response.headers["transfer-encoding"] = "chunked"
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
-        pacer, index = self._pacer(adapter, start, decoder)
+        pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy)
         flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
         for start_hook in self.stream_start_hooks:
             start_hook(flow, pacer)
@@ -191,7 +204,8 @@ class Retimer:
         self.active[flow.id] = (flow, pacer)
 
     def _pacer(
-        self, adapter: Adapter, start: float, decoder: Any = None
+        self, adapter: Adapter, start: float, decoder: Any = None, *,
+        strategy: Strategy = Strategy.LIVE, expected_tokens: int | None = None,
     ) -> tuple[StreamPacer, int]:
         """A pacer with the next stream index's timing draw (seeded by seed and index)."""
         assert self.profile is not None
@@ -200,7 +214,8 @@ class Retimer:
         rng = np.random.default_rng([self.seed, index])
         timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
         pacer = StreamPacer(
-            adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder
+            adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder,
+            strategy=strategy, target_tps=self.profile.tps, expected_tokens=expected_tokens,
         )
         return pacer, index
 
@@ -279,6 +294,8 @@ class Retimer:
             "upstream_bound": (not self.profile.passthrough)
             and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
             "upstream_wait_ms": round(wait_ms, 3),
+            "strategy": str(pacer.strategy),
+            "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
             "fallback": pacer.fallback,
         }
 

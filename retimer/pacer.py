@@ -15,6 +15,7 @@ from .encoding import Decoder
 from .metrics import StreamStats
 from .protocols.base import Adapter, Channel, Event
 from .scheduler import PassthroughScheduler, Scheduler, StreamTiming
+from .strategy import SmoothPlan, Strategy
 from .tokenizer import split_tokens
 
 
@@ -39,6 +40,9 @@ class StreamPacer:
         *,
         passthrough: bool = False,
         decoder: Decoder | None = None,
+        strategy: Strategy = Strategy.LIVE,
+        target_tps: float = 0.0,
+        expected_tokens: int | None = None,
     ) -> None:
         self.adapter = adapter
         self.decoder = decoder
@@ -60,6 +64,14 @@ class StreamPacer:
         self._open_due = 0.0
         self._open_channel: Channel | None = None
         self._chunk_left = 1 if passthrough else timing.chunk_size()
+        # `smooth` and `replay` hold events back (with their arrival times) until they may go
+        self.strategy = Strategy.LIVE if passthrough else strategy
+        self._held: list[tuple[Event, float]] | None = (
+            None if self.strategy is Strategy.LIVE else []
+        )
+        self.smooth = (
+            SmoothPlan(target_tps, expected_tokens) if self.strategy is Strategy.SMOOTH else None
+        )
 
     # -- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, now: float) -> None:
@@ -77,7 +89,7 @@ class StreamPacer:
             try:
                 self._unparsed += data
                 for event in self.adapter.feed(data):
-                    self._event(event, now)
+                    self._accept(event, now)
                 return
             except Exception as e:
                 self._fail_open(e, now)
@@ -92,7 +104,8 @@ class StreamPacer:
         if self.failure is None:
             try:
                 for event in self.adapter.end():
-                    self._event(event, now)
+                    self._accept(event, now)
+                self._release(now)
             except Exception as e:
                 self._fail_open(e, now)
         self._close_open()
@@ -100,6 +113,7 @@ class StreamPacer:
     def _fail_open(self, error: Exception, now: float) -> None:
         """The stream cannot be parsed: send what is queued, then the rest as it came."""
         self.failure = f"{type(error).__name__}: {error}"
+        self._held = None  # held events' bytes are still in _unparsed: they go out below
         self._close_open()
         if self._unparsed:
             self._push(Emission(now, bytes(self._unparsed), 0, None))
@@ -152,16 +166,46 @@ class StreamPacer:
         return len(self._queue)
 
     # -- internals -----------------------------------------------------------------------
-    def _event(self, event: Event, now: float) -> None:
+    def _accept(self, event: Event, now: float) -> None:
+        """An event arrived: schedule it now (live) or hold it (smooth, replay)."""
+        held = self._held
+        if held is None:
+            self._event(event, now)
+            return
+        held.append((event, now))
+        if self.smooth is not None and event.texts:
+            self.smooth.observe(now, len(split_tokens(event.text)))
+            if self.smooth.ready(now):
+                self._release(now)
+
+    def _release(self, now: float) -> None:
+        """Schedule the held events: smooth from its planned start, replay from the end."""
+        held = self._held
+        if held is None:
+            return
+        self._held = None
+        if self.smooth is not None:
+            self.scheduler.not_before = self.smooth.start(now)
+            for event, arrival in held:
+                self._event(event, arrival)
+        else:
+            for event, arrival in held:
+                self._event(event, arrival, release=now)
+
+    def _event(self, event: Event, now: float, release: float | None = None) -> None:
+        """Schedule one event that arrived at `now`, not to leave before `release`."""
         size = len(event.raw) if event.upstream_size is None else event.upstream_size
         del self._unparsed[:size]
+        arrival = now
+        if release is not None:
+            now = max(now, release)
         if not event.texts or not event.text:
             self._close_open()
             self._push(Emission(max(now, self._last_due), event.raw, 0, None))
             return
         channel = event.texts[0][0]
         tokens = split_tokens(event.text)
-        self.stats.upstream_tokens(now, len(tokens), channel)
+        self.stats.upstream_tokens(arrival, len(tokens), channel)
         if self.passthrough or not event.splittable:
             self._close_open()
             due = self.scheduler.token(now, max(1, len(tokens)))

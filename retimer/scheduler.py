@@ -35,7 +35,8 @@ class NoTiming:
 class Scheduler:
     """Assigns due times to tokens in arrival order and accounts for upstream-bound waits."""
 
-    __slots__ = ("_timing", "_start", "_last", "_in_first_chunk", "bound_s", "ttft_bound")
+    __slots__ = ("_timing", "_start", "_last", "_in_first_chunk", "bound_s", "ttft_bound",
+                 "not_before")
 
     def __init__(self, timing: StreamTiming, start: float) -> None:
         self._timing = timing
@@ -44,6 +45,7 @@ class Scheduler:
         self._in_first_chunk = False
         self.bound_s = 0.0  # total time tokens waited for the upstream beyond their target
         self.ttft_bound = False  # the first token arrived after the target TTFT
+        self.not_before = 0.0  # the first token never leaves earlier (the `smooth` strategy)
 
     @property
     def started(self) -> bool:
@@ -61,7 +63,7 @@ class Scheduler:
         """Due time of the last of `n` tokens that arrived together."""
         last = self._last
         if last is None:
-            target = self._start + self._timing.ttft
+            target = max(self._start + self._timing.ttft, self.not_before)
             if arrival > target:
                 self.ttft_bound = True
             last = max(arrival, target)
