@@ -8,6 +8,7 @@ features keep working, and everything else is left to mitmproxy.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import secrets
@@ -22,11 +23,13 @@ from mitmproxy.proxy.mode_specs import ReverseMode
 
 from . import bridge
 from .encoding import decoder_for
+from .hold import is_llm_call, timing_line
 from .hosts import is_llm_host
 from .pacer import StreamPacer
 from .profile import Profile, ProfileError, load_profile
 from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
+from .protocols.generic import GenericStreamAdapter
 from .protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
 from .records import RecordLog, redact_url
 from .scheduler import NoTiming
@@ -153,6 +156,44 @@ class Retimer:
     def done(self) -> None:
         if self.log:
             self.log.close()
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        """Hold a whole (non-streaming) LLM response until the profile would have finished it."""
+        response = flow.response
+        if (
+            response is None or response.stream or flow.websocket is not None
+            or "retimer" in flow.metadata or response.status_code != 200
+            or self.profile is None or self.profile.passthrough
+        ):
+            return
+        request = flow.request
+        shape = RequestShape(request.method, destination_host(flow), request.path, {}, b"")
+        if not is_llm_call(shape, response.headers.get("content-type", ""),
+                           is_llm_host(destination_host(flow))):
+            return
+        line = timing_line(response.get_content(strict=False) or b"")
+        if line is None:
+            return
+        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start)
+        now = time.monotonic()
+        pacer.feed(line, now)
+        pacer.finish(now)
+        batch = pacer.pop_all()
+        if not any(e.tokens for e in batch):
+            return
+        flow.metadata["retimer"] = {"index": index, "protocol": "non-streaming"}
+        # the body leaves with its last token: TTFT plus a gap per further token
+        tokens = sum(e.tokens for e in batch)
+        timing = pacer.timing
+        due = max(now, start + timing.ttft + sum(timing.gap() for _ in range(tokens - 1)))
+        for e in batch:
+            e.due = due
+        if due > now:
+            await asyncio.sleep(due - now)
+        end = time.monotonic()
+        pacer.sent(batch, end)
+        self._finished(flow, pacer, end, "complete")
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response

@@ -4,6 +4,7 @@ Routes (query strings ignored for routing):
   POST .../chat/completions  -> OpenAI Chat SSE stream (server's `openai_body`)
   POST .../v1/messages       -> Anthropic Messages SSE stream (server's `anthropic_body`)
   any  /slow?ms=N            -> sleeps N ms, then the JSON answer below
+  GET  a path in `pages`     -> that page as text/html (a fake LLM site for browsers)
   anything else              -> 200 {"ok": true, "method": ..., "path": <raw target>}
 A request header `x-fake-fixture: <path under tests/fixtures/streams>` streams that file instead,
 on any route. The delivery plan can be overridden per request with `x-fake-bursts`,
@@ -39,7 +40,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 DEFAULT_OPENAI_FIXTURE = "openai-chat/gpt4o-text-include-usage.sse"
 DEFAULT_ANTHROPIC_FIXTURE = "anthropic/llm-anthropic-sonnet45-text-padded.sse"
 CERT_NAMES = ("localhost", "127.0.0.1", "llm.test")
-_CONTENT_TYPES = {".ndjson": "application/x-ndjson", ".json-stream": "application/json",
+_CONTENT_TYPES = {".ndjson": "application/x-ndjson", ".json-stream": "application/json", ".json": "application/json",
                   ".bin": "application/vnd.amazon.eventstream", ".txt": "text/plain"}
 _EVENT_END = re.compile(r"(?:\r\n|\n|\r(?!\n)){2}")  # a blank line ends an SSE event
 
@@ -214,6 +215,7 @@ class FakeLLM:
         self._served: list[Served] = []
         self._conn_ids = itertools.count(1)
         self._thread: threading.Thread | None = None
+        self.pages: dict[str, bytes] = {}  # GET path -> HTML page
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._tmp: Path | None = None
@@ -371,6 +373,8 @@ class FakeLLM:
             stream, route = self.anthropic_body, "anthropic"
         elif split.path == "/slow":
             route = "slow"
+        elif method == "GET" and split.path in self.pages:
+            route = "page"
         rec = Served(conn_id, method, target, split.path, headers, body, route)
         with self._lock:
             self._served.append(rec)
@@ -384,10 +388,14 @@ class FakeLLM:
         if route == "error":
             payload["error"] = f"no such fixture: {fixture}"
         rec.response_body = data = json.dumps(payload).encode()
+        ctype = "application/json"
+        if route == "page":
+            rec.response_body = data = self.pages[split.path]
+            ctype = "text/html; charset=utf-8"
         self._finish(rec)
         writer.write(b"".join(conn.send(ev) or b"" for ev in (
             h11.Response(status_code=404 if route == "error" else 200, headers=[
-                ("content-type", "application/json"), ("content-length", str(len(data)))]),
+                ("content-type", ctype), ("content-length", str(len(data)))]),
             h11.Data(data=data), h11.EndOfMessage())))
         await writer.drain()
         return True
