@@ -43,6 +43,8 @@ STREAM_TYPES = (
     "application/vnd.amazon.eventstream",
 )
 
+IDLE_GC_AFTER_S = 0.2
+
 Listener = Callable[[dict[str, Any]], None]
 
 
@@ -78,6 +80,7 @@ class Retimer:
         self.profile: Profile | None = None
         self.seed: int = 0
         self.strategy = Strategy.LIVE
+        self.last_request = 0.0  # monotonic time of the latest request (idle GC waits for quiet)
         self.streams = 0
         self.log: RecordLog | None = None
         self.listeners: list[Listener] = []
@@ -156,6 +159,9 @@ class Retimer:
     def done(self) -> None:
         if self.log:
             self.log.close()
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.last_request = time.monotonic()
 
     async def response(self, flow: http.HTTPFlow) -> None:
         """Hold a whole (non-streaming) LLM response until the profile would have finished it."""
@@ -301,6 +307,16 @@ class Retimer:
         if self.log:
             self.log.write(record)
         self._notify(record)
+        if not self.active and not self.websockets.sockets:
+            self._collect_when_idle()
+
+    def _collect_when_idle(self) -> None:
+        """Run the full GC pass while no stream is in flight (checked again after a short
+        quiet spell, so back-to-back requests are not delayed) rather than mid-stream later."""
+        try:
+            asyncio.get_running_loop().call_later(IDLE_GC_AFTER_S, _collect_if_idle, self)
+        except RuntimeError:  # no loop (unit tests call hooks directly)
+            pass
 
     def _notify(self, record: dict[str, Any]) -> None:
         for listener in self.listeners:
@@ -338,7 +354,16 @@ class Retimer:
             "strategy": str(pacer.strategy),
             "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
             "fallback": pacer.fallback,
+            "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
         }
+
+
+def _collect_if_idle(addon: Retimer) -> None:
+    if addon.active or addon.websockets.sockets or bridge.active():
+        return
+    if time.monotonic() - addon.last_request < IDLE_GC_AFTER_S:
+        return
+    gc.collect()
 
 
 def addons_for(listeners: Sequence[Listener] = ()) -> list[Retimer]:
