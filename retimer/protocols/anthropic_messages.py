@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, is_event_stream
+from ..sse import SSEEvent
 from .base import Channel, Event, RequestShape
-from .sse_json import SSEJSONAdapter, request_path
+from .sse_json import SSEJSONAdapter, posts_event_stream
 
 __all__ = ["AnthropicMessagesAdapter"]
 
@@ -45,11 +45,7 @@ class AnthropicMessagesAdapter(SSEJSONAdapter):
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to a path ending in /messages (query allowed), answered with an event stream."""
-        return (
-            request.method.upper() == "POST"
-            and request_path(request.path).endswith("/messages")
-            and is_event_stream(content_type)
-        )
+        return posts_event_stream(request, content_type, "/messages")
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
         if obj.get("type") != "content_block_delta":

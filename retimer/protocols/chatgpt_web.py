@@ -42,9 +42,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, format_event, is_event_stream
+from ..sse import SSEEvent, format_event
 from .base import Channel, Event, RequestShape, check_split
-from .sse_json import SSEJSONAdapter, dumps, request_path
+from .sse_json import SSEJSONAdapter, dumps, posts_event_stream
 
 __all__ = ["ChatGPTWebAdapter"]
 
@@ -140,11 +140,7 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to the web app's conversation path (query allowed), answered with SSE."""
-        return (
-            request.method.upper() == "POST"
-            and request_path(request.path).endswith(_PATHS)
-            and is_event_stream(content_type)
-        )
+        return posts_event_stream(request, content_type, _PATHS)
 
     # -- parsing ---------------------------------------------------------------------
     def _event(self, sse: SSEEvent) -> Event:

@@ -36,9 +36,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, is_event_stream
+from ..sse import SSEEvent
 from .base import Channel, Event, RequestShape
-from .sse_json import SSEJSONAdapter, request_path
+from .sse_json import SSEJSONAdapter, posts_event_stream
 
 __all__ = ["DeepSeekWebAdapter"]
 
@@ -81,11 +81,7 @@ class DeepSeekWebAdapter(SSEJSONAdapter):
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to /api/v0/chat/completion (or edit_message), answered with SSE."""
-        return (
-            request.method.upper() == "POST"
-            and request_path(request.path).endswith(_PATHS)
-            and is_event_stream(content_type)
-        )
+        return posts_event_stream(request, content_type, _PATHS)
 
     # -- classification -----------------------------------------------------------------
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, is_event_stream
+from ..sse import SSEEvent
 from .base import Channel, Event, RequestShape
-from .sse_json import SSEJSONAdapter, request_path
+from .sse_json import SSEJSONAdapter, posts_event_stream
 
 __all__ = ["OpenAIChatAdapter"]
 
@@ -73,11 +73,7 @@ class OpenAIChatAdapter(SSEJSONAdapter):
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to a path ending in /chat/completions, answered with an event stream."""
-        return (
-            request.method.upper() == "POST"
-            and request_path(request.path).endswith("/chat/completions")
-            and is_event_stream(content_type)
-        )
+        return posts_event_stream(request, content_type, "/chat/completions")
 
     def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """See the module docstring for what goes on the first and the last piece."""

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
+from ..sse import SSEEvent, SSEParser, format_event
 from .base import Channel, Event, RequestShape
-from .sse_json import SSEJSONAdapter, dumps, request_path
+from .sse_json import SSEJSONAdapter, dumps, posts_event_stream
 
 __all__ = ["OpenAIResponsesAdapter"]
 
@@ -103,11 +103,7 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to a path ending in /responses (query allowed), answered with an event stream."""
-        return (
-            request.method.upper() == "POST"
-            and request_path(request.path).endswith("/responses")
-            and is_event_stream(content_type)
-        )
+        return posts_event_stream(request, content_type, "/responses")
 
     # -- parsing ---------------------------------------------------------------------
     def feed(self, data: bytes) -> list[Event]:

@@ -12,8 +12,8 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ..sse import SSEEvent, SSEParser, format_event
-from .base import Adapter, Event, check_split
+from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
+from .base import Adapter, Event, RequestShape, check_split
 
 
 class SplitTarget(Protocol):
@@ -86,6 +86,15 @@ def dumps(obj: Any) -> str:
     except UnicodeEncodeError:
         text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
     return text
+
+
+def posts_event_stream(request: RequestShape, content_type: str, suffixes: str | tuple[str, ...]) -> bool:
+    """The common `accepts`: a POST to a path ending in one of `suffixes`, answered with SSE."""
+    return (
+        request.method.upper() == "POST"
+        and request_path(request.path).endswith(suffixes)
+        and is_event_stream(content_type)
+    )
 
 
 def request_path(path: str) -> str:
