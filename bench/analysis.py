@@ -134,12 +134,54 @@ def gap_shape(streams: list[dict[str, Any]], profile: Profile) -> dict[str, Any]
                        jitter=profile.jitter).shape
     got = np.concatenate([np.asarray(s["gaps_ms"]) for s in streams])
     drawn = np.concatenate([np.asarray(s["nominal_gaps_ms"]) for s in streams])
+    nominal = {"p50": shape.p50 * 1000, "p90": shape.p90 * 1000, "p99": shape.p99 * 1000,
+               "mean": 1000 / profile.tps}
+    drawn_q, got_q = _quantiles(drawn), _quantiles(got)
     return {
-        "profile_ms": {"p50": shape.p50 * 1000, "p90": shape.p90 * 1000, "p99": shape.p99 * 1000,
-                       "mean": 1000 / profile.tps},
-        "drawn_ms": _quantiles(drawn),
-        "client_ms": _quantiles(got),
+        "profile_ms": nominal,
+        "drawn_ms": drawn_q,
+        "client_ms": got_q,
+        "drawn_vs_profile_pct": _rel_pct(drawn_q, nominal),
+        "client_vs_profile_pct": _rel_pct(got_q, nominal),
         "n_gaps": int(got.size),
+    }
+
+
+def _rel_pct(got: dict[str, float], nominal: dict[str, float]) -> dict[str, float]:
+    """Relative error in % of each quantile (and the mean) against the profile's."""
+    return {k: (got[k] / nominal[k] - 1) * 100 for k in nominal}
+
+
+def memory_per_stream(results: list[dict[str, Any]], samples: list[tuple[float, int, float]],
+                      idle_kb: float, hwm_before_kb: int, hwm_after_kb: int,
+                      after_kb: int) -> dict[str, Any]:
+    """Proxy RSS while all N streams were active, minus its idle RSS before, divided by N.
+
+    "All active" is the client's view: from the last stream's first token to the first
+    stream's last byte, so every flow is open (and its answer buffered) in the proxy. Peak is
+    the higher of the samples and, when the run raised it, the kernel's high-water mark
+    (which catches a peak between samples but is itself updated lazily, so can lag).
+    """
+    n = len(results)
+    firsts = [r["events"][0][0] for r in results if r["events"]]
+    lasts = [r["reads"][-1][0] for r in results if r["reads"]]
+    lo, hi = (max(firsts), min(lasts)) if firsts and lasts else (0.0, -1.0)
+    inside = [kb for t, kb, _ in samples if lo <= t <= hi]
+    active = float(np.median(inside)) if inside else None
+    sampled_peak = max((kb for _, kb, _ in samples), default=0)
+    hwm = hwm_after_kb if hwm_after_kb > hwm_before_kb else 0
+    peak = max(hwm, sampled_peak)
+    return {
+        "streams": n,
+        "idle_kb": idle_kb,
+        "all_active_s": max(0.0, hi - lo),
+        "active_samples": len(inside),
+        "active_kb": active,
+        "peak_kb": peak,
+        "peak_from_hwm": hwm > sampled_peak,
+        "after_kb": after_kb,
+        "per_stream_kb": (active - idle_kb) / n if active is not None and n else None,
+        "peak_per_stream_kb": (peak - idle_kb) / n if n else None,
     }
 
 
@@ -166,3 +208,17 @@ def added_latency(res: dict[str, Any], writes: list[tuple[int, float]]) -> np.nd
 
 def _med(values: list[float]) -> float:
     return float(np.median(values)) if values else float("nan")
+
+
+def cpu_while_streaming(results: list[dict[str, Any]],
+                        samples: list[tuple[float, int, float]]) -> dict[str, float] | None:
+    """Proxy CPU from the first request's send to the last byte at the client, interpolated
+    between samples: client set-up before (connections, warm-up GETs) stays out of it."""
+    if len(samples) < 2:
+        return None
+    lo = min(r["t_sent"] for r in results)
+    hi = max(r["reads"][-1][0] for r in results if r["reads"])
+    t = np.array([x[0] for x in samples])
+    cpu = np.array([x[2] for x in samples])
+    used = float(np.interp(hi, t, cpu) - np.interp(lo, t, cpu))
+    return {"span_s": hi - lo, "cpu_s": used, "pct": used / (hi - lo) * 100 if hi > lo else 0.0}

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -32,8 +33,9 @@ from upstream import FakeLLM, make_anthropic_stream, make_openai_stream  # noqa:
 
 from retimer.tokenizer import count_tokens  # noqa: E402
 
-__all__ = ["Client", "FakeLLM", "Mitmdump", "RetimerProxy", "bench_id_of", "cpu_seconds",
-           "make_anthropic_stream", "make_openai_stream", "pct", "prose", "stream_spec"]
+__all__ = ["Client", "FakeLLM", "Mitmdump", "ProcSampler", "RetimerProxy", "bench_id_of",
+           "cpu_seconds", "make_anthropic_stream", "make_openai_stream", "memory_kb", "pct",
+           "prose", "stream_spec"]
 
 MITMDUMP = Path(sys.executable).with_name("mitmdump")
 
@@ -109,6 +111,49 @@ def cpu_seconds(pid: int) -> float:
     except (OSError, ValueError):
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kb(pid: int, key: str = "VmRSS") -> int:
+    """A memory figure of a process in kB from /proc/PID/status: `VmRSS` (resident now) or
+    `VmHWM` (the resident peak since the process started)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise ValueError(f"/proc/{pid}/status has no {key}")
+
+
+class ProcSampler:
+    """Samples a process's VmRSS and CPU time on a background thread while a blocking call runs.
+
+    `samples` holds (monotonic time, RSS kB, CPU s) triples, so they can be cut to the window
+    in which the client saw the streams active. Reading /proc costs tens of microseconds, so
+    a 20 ms period takes well under 1 % of a core from the processes being measured.
+    """
+
+    def __init__(self, pid: int, period: float = 0.02) -> None:
+        self.pid = pid
+        self.period = period
+        self.samples: list[tuple[float, int, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.samples.append((time.monotonic(), memory_kb(self.pid),
+                                     cpu_seconds(self.pid)))
+            except (OSError, ValueError):
+                return  # the process is gone
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> ProcSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def pct(values: Iterable[float], *qs: float) -> list[float]:

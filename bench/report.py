@@ -1,9 +1,11 @@
-"""Markdown tables and the goal check from a results dict (bench/results/*.json)."""
+"""Markdown tables from a results dict (bench/results/*.json); the goal check is goals.py."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from goals import goals_table
 
 
 def _f(v: float | None, digits: int = 2, signed: bool = False) -> str:
@@ -53,7 +55,25 @@ def fidelity_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['target_tps']:g} | {r['format']} | {_trio(r['late_client_ms'])} "
             f"| {_trio(r['late_client_rel_ms'])} | {_trio(r['late_proxy_ms'])} |"
         )
+    if all(r.get("gaps") for r in rows):
+        lines += [
+            "",
+            "| target tok/s | format | inter-token gaps | profile gap ms (p50 / p90 / p99) "
+            "| achieved at the client ms (p50 / p90 / p99) | error % (p50 / p90 / p99) |",
+            "|" + "---|" * 6,
+        ]
+        for r in rows:
+            g = r["gaps"]
+            lines.append(
+                f"| {r['target_tps']:g} | {r['format']} | {g['n_gaps']} "
+                f"| {_q3(g['profile_ms'], 3)} | {_q3(g['client_ms'], 3)} "
+                f"| {_q3(g['client_vs_profile_pct'], 1, True)} |"
+            )
     return "\n".join(lines)
+
+
+def _q3(d: dict[str, float], digits: int, signed: bool = False) -> str:
+    return " / ".join(_f(d[k], digits, signed) for k in ("p50", "p90", "p99"))
 
 
 def jitter_table(j: dict[str, Any]) -> str:
@@ -70,6 +90,11 @@ def jitter_table(j: dict[str, Any]) -> str:
         d = g[key]
         lines.append(f"| {label} | {_f(d['p50'])} | {_f(d['p90'])} | {_f(d['p99'])} "
                      f"| {_f(d['mean'], 3)} |")
+    for label, key in (("drawn vs profile, error %", "drawn_vs_profile_pct"),
+                       ("achieved vs profile, error %", "client_vs_profile_pct")):
+        if d := g.get(key):
+            lines.append(f"| {label} | {_f(d['p50'], 1, True)} | {_f(d['p90'], 1, True)} "
+                         f"| {_f(d['p99'], 1, True)} | {_f(d['mean'], 2, True)} |")
     lines += [
         "",
         f"TTFT err client {_f(j['client_ttft_err_ms']['median'], 2, True)} ms median "
@@ -83,32 +108,53 @@ def jitter_table(j: dict[str, Any]) -> str:
 
 
 def overhead_table(o: dict[str, Any]) -> str:
+    """SSE streams (added latency per event, CPU), then non-LLM requests (round trip, CPU)."""
     per_stream = o["routes"]["retimer"]["events"] / o["streams_per_route"]
     lines = [
         f"{o['streams_per_route']} streams x {per_stream:.0f} SSE events per route (one word "
         f"each), upstream event every {o['upstream_gap_ms']:g} ms (asyncio.sleep, so about "
-        f"2.1 ms), routes interleaved stream by stream.",
+        f"2.1 ms), routes interleaved stream by stream; `retimer` runs `--profile passthrough`.",
         "",
         "| route | events | added latency ms (p50 / p90 / p99 / max) | proxy CPU ms per stream "
-        "| CPU us per event | GET round trip ms (p50 / p99) | CPU us per GET |",
-        "|---|---|---|---|---|---|---|",
+        "| CPU us per event |",
+        "|---|---|---|---|---|",
     ]
     for name, r in o["routes"].items():
         a = r["added_ms"]
         lines.append(
             f"| {name} | {r['events']} | {_f(a['p50'], 3)} / {_f(a['p90'], 3)} / {_f(a['p99'], 3)}"
             f" / {_f(a['max'], 3)} | {_f(r['cpu_ms_per_stream'], 1)} "
-            f"| {_f(r['cpu_us_per_event'], 1)} | {_f(r['get_ms']['p50'], 3)} / "
-            f"{_f(r['get_ms']['p99'], 3)} | {_f(r['cpu_us_per_get'], 0)} |"
+            f"| {_f(r['cpu_us_per_event'], 1)} |"
         )
     d = o["retimer_minus_mitmdump_ms"]
+    ratio = o.get("retimer_over_mitmdump_latency")
     lines += [
         "",
         f"retimer minus mitmdump, added latency per event: p50 {_f(d['p50'], 3, True)} ms, "
-        f"p99 {_f(d['p99'], 3, True)} ms, mean {_f(d['mean'], 3, True)} ms. "
-        f"CPU ratio retimer/mitmdump: streams {_f(o['cpu_ratio'], 2)}x, "
-        f"GETs {_f(o['get_cpu_ratio'], 2)}x.",
+        f"p99 {_f(d['p99'], 3, True)} ms, mean {_f(d['mean'], 3, True)} ms"
+        + (f"; ratio retimer/mitmdump p50 {_f(ratio['p50'])}x, p99 {_f(ratio['p99'])}x, "
+           f"mean {_f(ratio['mean'])}x" if ratio else "")
+        + f". CPU ratio retimer/mitmdump: {_f(o['cpu_ratio'])}x.",
+        "",
+        "Non-LLM requests: GETs of the upstream's JSON route (`/v1/models`, about 100 bytes) "
+        "on one keep-alive connection per route, in interleaved blocks of 25.",
+        "",
+        "| route | requests | round trip ms (p50 / p99 / mean) | proxy CPU us per request |",
+        "|---|---|---|---|",
     ]
+    for name, r in o["routes"].items():
+        g = r["get_ms"]
+        lines.append(f"| {name} | {g.get('n', '-')} | {_f(g['p50'], 3)} / {_f(g['p99'], 3)} / "
+                     f"{_f(g.get('mean'), 3)} | {_f(r['cpu_us_per_get'], 0)} |")
+    gd, gr = o.get("get_retimer_minus_mitmdump_ms"), o.get("get_latency_ratio")
+    lines += [""]
+    if gd and gr:
+        lines.append(f"retimer minus mitmdump per request: p50 {_f(gd['p50'], 3, True)} ms, p99 "
+                     f"{_f(gd['p99'], 3, True)} ms, mean {_f(gd['mean'], 3, True)} ms (ratio "
+                     f"p50 {_f(gr['p50'])}x, mean {_f(gr['mean'])}x); CPU ratio "
+                     f"{_f(o['get_cpu_ratio'])}x.")
+    else:
+        lines.append(f"CPU ratio retimer/mitmdump: {_f(o['get_cpu_ratio'])}x.")
     return "\n".join(lines)
 
 
@@ -119,7 +165,7 @@ def concurrency_table(rows: list[dict[str, Any]]) -> str:
         "| lateness proxy record ms (median p50 / median p99 / worst p99 / max) "
         "| TTFT err client ms (median / max) | of which request -> proxy ms "
         "| TTFT err proxy ms (median / max) | rate err % client (median / worst) "
-        "| proxy CPU % of a core | CPU us per event |",
+        "| proxy CPU % of a core, first send to last byte | CPU us per event, set-up incl. |",
         "|" + "---|" * 11,
     ]
     for r in rows:
@@ -135,66 +181,30 @@ def concurrency_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _worst_abs(rows: list[dict[str, Any]], key: str) -> float:
-    return max(max(abs(r[key]["max"]), abs(r[key]["min"])) for r in rows)
-
-
-def _fidelity_goals(fid: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
-    out: list[tuple[str, str, bool | None]] = []
-    bands = ((0, 10), (10, 2000), (2000, float("inf")))  # slow (reading pace), typical, extreme
-    for lo, hi in bands:
-        rows = [r for r in fid if lo < r["target_tps"] <= hi]
-        if not rows:
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    """Proxy RSS per active stream, from the concurrency runs."""
+    lines = [
+        "| streams | started within s | idle RSS MB | RSS all active MB (median; window s) "
+        "| peak RSS MB | RSS after MB | per active stream kB | peak per stream kB |",
+        "|" + "---|" * 8,
+    ]
+    for r in rows:
+        m = r.get("memory")
+        if not m:
             continue
-        rates = sorted({r["target_tps"] for r in rows})
-        label = (f"{rates[0]:g}" if len(rates) == 1 else f"{rates[0]:g}-{rates[-1]:g}") + " tok/s"
-        for side, key, where in (("client", "client_ttft_err_ms", "at the client"),
-                                 ("proxy", "proxy_ttft_err_ms", "in the proxy record (reference)")):
-            med = max(abs(r[key]["median"]) for r in rows)
-            worst = _worst_abs(rows, key)
-            out.append((f"TTFT error {where}, {label}: median <= 1 ms, worst stream <= 3 ms",
-                        f"worst row median {med:.2f} ms, worst stream {worst:.2f} ms",
-                        med <= 1 and worst <= 3))
-        for key, where in (("late_client_ms", "at the client vs schedule"),
-                           ("late_proxy_ms", "in the proxy record (reference)")):
-            p50 = max(r[key]["p50"] for r in rows if r[key])
-            p99 = max(r[key]["p99"] for r in rows if r[key])
-            out.append((f"per-token lateness {where}, {label}: p50 <= 1 ms, p99 <= 3 ms",
-                        f"worst row p50 {p50:+.2f} ms, p99 {p99:+.2f} ms", p50 <= 1 and p99 <= 3))
-        worst_rate = max((r["client_rate_err_pct"]["worst"] for r in rows), key=abs)
-        out.append((f"achieved rate at the client within 0.5 % (issue 4), {label}",
-                    f"worst stream {worst_rate:+.3f} %", abs(worst_rate) <= 0.5))
-    near40 = [r for r in fid if r["target_tps"] == 40] or [r for r in fid if r["target_tps"] == 50]
-    if near40:
-        rate = max((r["client_rate_err_pct"]["worst"] for r in near40), key=abs)
-        ttft = _worst_abs(near40, "client_ttft_err_ms")
-        at = near40[0]["target_tps"]
-        out.append((f"issue 2: rate +-3 % at 40 tok/s and TTFT 400 +- 15 ms (client, at {at:g})",
-                    f"rate worst {rate:+.3f} %, TTFT worst abs. error {ttft:.2f} ms",
-                    abs(rate) <= 3 and ttft <= 15))
-    return out
-
-
-def goals(res: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
-    """(goal, measured, met) for every goal the results can speak to."""
-    out = _fidelity_goals(res.get("fidelity") or [])
-    o = res.get("overhead")
-    if o:
-        ratio = o["cpu_ratio"]
-        out.append(("passthrough CPU <= 1.1x mitmdump (streams)", f"{ratio:.2f}x",
-                    ratio is not None and ratio <= 1.1))
-        d = o["retimer_minus_mitmdump_ms"]
-        out.append(("passthrough adds <= 0.2 ms per event over mitmdump (p50 and p99)",
-                    f"p50 {d['p50']:+.3f} ms, p99 {d['p99']:+.3f} ms",
-                    d["p50"] <= 0.2 and d["p99"] <= 0.2))
-    return out
-
-
-def goals_table(res: dict[str, Any]) -> str:
-    lines = ["| goal | measured | met |", "|---|---|---|"]
-    for goal, measured, met in goals(res):
-        lines.append(f"| {goal} | {measured} | {'met' if met else 'NOT met'} |")
+        act = (f"{_mb(m['active_kb'])} ({m['active_samples']} samples; "
+               f"{m['all_active_s']:.1f} s)" if m["active_kb"] is not None else "- (no overlap)")
+        lines.append(
+            f"| {r['streams']} | {r['start_spread_s']:g} | {_mb(m['idle_kb'])} | {act} "
+            f"| {_mb(m['peak_kb'])}{' (VmHWM)' if m['peak_from_hwm'] else ''} "
+            f"| {_mb(m['after_kb'])} | {_f(m['per_stream_kb'], 1)} "
+            f"| {_f(m['peak_per_stream_kb'], 1)} |"
+        )
     return "\n".join(lines)
+
+
+def _mb(kb: float | None) -> str:
+    return "-" if kb is None else f"{kb / 1024:.1f}"
 
 
 def checks(res: dict[str, Any]) -> str:
@@ -218,8 +228,12 @@ def render(res: dict[str, Any]) -> str:
         f"Run {res['started']} ({'quick' if res['quick'] else 'full'}, seed {res['seed']}, "
         f"{res['duration_s']:.0f} s) of retimer {m.get('retimer', '?')}: "
         f"{m['nproc']} x {m['cpu']}, Python {m['python']}, "
-        f"mitmproxy {m['mitmproxy']}, load average {m['loadavg_start']} at start.",
+        f"mitmproxy {m['mitmproxy']}, load average {m['loadavg_start']} at start"
+        + (f", {m['loadavg_end']} at the end" if m.get("loadavg_end") else "") + ".",
     ]
+    if res.get("section_s"):
+        parts[0] += " Sections: " + ", ".join(f"{k} {v:.0f} s"
+                                              for k, v in res["section_s"].items()) + "."
     if check := checks(res):
         parts += ["", check]
     parts += ["", "### Goals", "", goals_table(res)]
@@ -234,4 +248,10 @@ def render(res: dict[str, Any]) -> str:
     if res.get("concurrency"):
         parts += ["", "### Concurrency: simultaneous streams at 50 tok/s", "",
                   concurrency_table(res["concurrency"])]
+        if any(r.get("memory") for r in res["concurrency"]):
+            parts += ["", "### Memory per active stream", "",
+                      "Proxy RSS (`VmRSS`) while all streams of a concurrency run were active "
+                      "at the client, minus its idle RSS before the run, divided by the "
+                      "streams; each answer is buffered whole in the proxy (fast upstream).",
+                      "", memory_table(res["concurrency"])]
     return "\n".join(parts) + "\n"

@@ -102,8 +102,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="retimer-bench-") as td, \
             FakeLLM(bursts=3) as fake, Client() as client:
         tmp = Path(td)
+        res["section_s"] = {}
         for name in sections:
+            s0 = time.monotonic()
             res[name] = getattr(scenarios, name)(client, fake, tmp, plan, args.seed)
+            res["section_s"][name] = time.monotonic() - s0
     res["duration_s"] = time.monotonic() - t0
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     markdown = render(res)

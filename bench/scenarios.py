@@ -1,4 +1,5 @@
-"""The scenarios: fidelity on a fast upstream, jitter shape, overhead vs mitmdump, concurrency.
+"""The scenarios: fidelity on a fast upstream, jitter shape, overhead vs mitmdump, concurrency
+(with the proxy's memory per active stream).
 
 Each takes the shared upstream and client and returns a JSON-ready dict. Proxies are started
 per scenario (a new `--tps` needs a new process) and stopped before the next one.
@@ -16,9 +17,11 @@ from typing import Any
 import numpy as np
 import yaml
 
-from analysis import added_latency, gap_shape, stream_fidelity, summarize_fidelity
-from harness import (Client, FakeLLM, Mitmdump, RetimerProxy, bench_id_of, cpu_seconds,
-                     make_anthropic_stream, make_openai_stream, pct, prose, stream_spec)
+from analysis import (added_latency, cpu_while_streaming, gap_shape, memory_per_stream,
+                      stream_fidelity, summarize_fidelity)
+from harness import (Client, FakeLLM, Mitmdump, ProcSampler, RetimerProxy, bench_id_of,
+                     cpu_seconds, make_anthropic_stream, make_openai_stream, memory_kb, pct,
+                     prose, stream_spec)
 from retimer.addon import build_profile
 from retimer.profile import Profile, load_profile
 
@@ -37,18 +40,20 @@ class Plan:
     concurrency: tuple[tuple[int, int, float], ...]  # (streams, tokens each, start spread s)
 
 
+# Issue 4's targets: 5, 50, 500, 2000 and 5000 tok/s; 1, 10, 50, 100 and 200 streams at 50 tok/s
+# (each count started together and, from 10 up, also spread over 1 s). About 9 minutes.
 FULL = Plan(
-    fidelity=((5, 60, 5), (40, 200, 5), (50, 200, 5), (500, 2000, 5), (2000, 4000, 5),
-              (5000, 10000, 3)),
+    fidelity=((5, 60, 5), (50, 200, 5), (500, 2000, 5), (2000, 4000, 5), (5000, 10000, 5)),
     jitter=(1000, 3),
     overhead=(500, 20, 400),
-    concurrency=((10, 200, 0.0), (10, 200, 1.0), (50, 200, 0.0), (50, 200, 1.0)),
+    concurrency=((1, 200, 0.0), (10, 200, 0.0), (10, 200, 1.0), (50, 200, 0.0), (50, 200, 1.0),
+                 (100, 200, 0.0), (100, 200, 1.0), (200, 200, 0.0), (200, 200, 1.0)),
 )
 QUICK = Plan(
-    fidelity=((5, 25, 1), (40, 100, 1), (500, 1000, 1), (2000, 2000, 1)),
+    fidelity=((5, 25, 1), (50, 100, 1), (500, 1000, 1), (2000, 2000, 1), (5000, 5000, 1)),
     jitter=(400, 1),
     overhead=(300, 5, 100),
-    concurrency=((10, 100, 0.0), (10, 100, 1.0)),
+    concurrency=((1, 100, 0.0), (10, 100, 1.0), (100, 100, 0.0)),
 )
 
 
@@ -69,9 +74,10 @@ def _set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3)
 
 
 def _analyse(specs: list[dict[str, Any]], results: list[dict[str, Any]], proxy: RetimerProxy,
-             profile: Profile, seed: int) -> list[dict[str, Any]]:
-    """Each stream's analysis, next to its proxy record (matched by the bench id in its URL)."""
-    records = {bench_id_of(r): r for r in proxy.records(len(specs), timeout=30)}
+             profile: Profile, seed: int, earlier: int = 0) -> list[dict[str, Any]]:
+    """Each stream's analysis, next to its proxy record (matched by the bench id in its URL);
+    `earlier` records (warm-up streams) are already in the log."""
+    records = {bench_id_of(r): r for r in proxy.records(earlier + len(specs), timeout=30)}
     out = []
     for spec, res in zip(specs, results, strict=True):
         bench_id = spec["headers"]["x-bench-id"]
@@ -112,6 +118,7 @@ def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
             per_fmt = _paced_run(client, fake, proxy, profile, seed, FORMATS, streams)
         for fmt, runs in per_fmt.items():
             rows.append({"target_tps": rate, "format": fmt, **summarize_fidelity(runs),
+                         "gaps": gap_shape(runs, profile),
                          "per_stream": [_brief(s) for s in runs]})
     return rows
 
@@ -204,7 +211,8 @@ def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) ->
     for name in names:
         all_lat = np.concatenate(lat[name])
         p50, p90, p99 = pct(all_lat, 50, 90, 99)
-        g50, g99 = pct(np.asarray(get_lat[name]) * 1000, 50, 99)
+        get_ms = np.asarray(get_lat[name]) * 1000
+        g50, g99 = pct(get_ms, 50, 99)
         out["routes"][name] = {
             "events": int(all_lat.size),
             "added_ms": {"p50": p50, "p90": p90, "p99": p99, "max": float(all_lat.max()),
@@ -213,12 +221,19 @@ def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) ->
             "cpu_ms_per_stream_all": [round(c * 1000, 3) for c in cpu[name]],
             "cpu_us_per_event": (float(np.sum(cpu[name]) / all_lat.size * 1e6)
                                  if cpu[name] else None),
-            "get_ms": {"p50": g50, "p99": g99, "n": len(get_lat[name])},
+            "get_ms": {"p50": g50, "p99": g99, "mean": float(get_ms.mean()),
+                       "n": len(get_lat[name])},
             "cpu_us_per_get": float(np.median(get_cpu[name]) * 1e6) if get_cpu[name] else None,
         }
     rt_, md_ = out["routes"]["retimer"], out["routes"]["mitmdump"]
     out["retimer_minus_mitmdump_ms"] = {q: rt_["added_ms"][q] - md_["added_ms"][q]
                                         for q in ("p50", "p90", "p99", "mean")}
+    out["retimer_over_mitmdump_latency"] = {q: rt_["added_ms"][q] / md_["added_ms"][q]
+                                            for q in ("p50", "p90", "p99", "mean")}
+    out["get_retimer_minus_mitmdump_ms"] = {q: rt_["get_ms"][q] - md_["get_ms"][q]
+                                            for q in ("p50", "p99", "mean")}
+    out["get_latency_ratio"] = {q: rt_["get_ms"][q] / md_["get_ms"][q]
+                                for q in ("p50", "p99", "mean")}
     md_cpu = sum(cpu["mitmdump"])
     out["cpu_ratio"] = sum(cpu["retimer"]) / md_cpu if md_cpu else None
     out["get_cpu_ratio"] = (rt_["cpu_us_per_get"] / md_["cpu_us_per_get"]
@@ -237,11 +252,14 @@ def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:
 def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
                 seed: int) -> list[dict[str, Any]]:
     """N simultaneous streams at 50 tok/s (jitter 0, both formats), fast upstream: lateness at
-    the client and in the records, and the proxy's CPU (connection set-up included).
+    the client and in the records, the proxy's CPU (connection set-up included) and its
+    memory per active stream.
 
     Spread 0: every request is sent in the same millisecond (admission burst, and identical
     schedules put every stream's tokens due at the same instants). Spread S: start times are
-    drawn uniformly over S seconds, so the streams overlap but their phases differ.
+    drawn uniformly over S seconds, so the streams overlap but their phases differ. Each proxy
+    first plays one short stream per format, so one-time costs (imports, first-flow set-up)
+    fall outside the measurement and the idle memory is that of a proxy that has worked.
     """
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     rate = "50"
@@ -251,23 +269,49 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     for n, tokens, spread in plan.concurrency:
         _log(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, "
              f"started within {spread:g} s")
-        _set_text(fake, tokens, seed + 3)
         args = ("--profile", FIDELITY_PROFILE, "--tps", rate, "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
-        with _retimer(tmp, f"concurrency-{n}", *args) as proxy:
+        with _retimer(tmp, f"concurrency-{n}-{spread:g}", *args) as proxy:
             assert proxy.proc
+            pid = proxy.proc.pid
+            idle_kb = _warm_and_idle(client, fake, proxy, f"c{n}-{spread:g}", seed)
+            _set_text(fake, tokens, seed + 3)
             fmts = itertools.islice(itertools.cycle(FORMATS), n)
             specs = [{**stream_spec(fake, fmt, f"c{n}-{spread:g}-{i}"),
                       "delay": rng.uniform(0, spread)} for i, fmt in enumerate(fmts)]
-            c0, w0 = cpu_seconds(proxy.proc.pid), time.monotonic()
-            results = client.streams(proxy.url, specs, concurrent=True)
-            cpu, wall = cpu_seconds(proxy.proc.pid) - c0, time.monotonic() - w0
-            analysed = _analyse(specs, results, proxy, profile, seed)
+            hwm0 = memory_kb(pid, "VmHWM")
+            c0, w0 = cpu_seconds(pid), time.monotonic()
+            with ProcSampler(pid) as sampler:
+                results = client.streams(proxy.url, specs, concurrent=True)
+            cpu, wall = cpu_seconds(pid) - c0, time.monotonic() - w0
+            analysed = _analyse(specs, results, proxy, profile, seed, earlier=len(FORMATS))
+            mem = memory_per_stream(results, sampler.samples, idle_kb, hwm0,
+                                    memory_kb(pid, "VmHWM"), memory_kb(pid))
+            streaming = cpu_while_streaming(results, sampler.samples)
         fake.clear()
         events = sum(a["events"] for a in analysed)
         rows.append({"streams": n, "start_spread_s": spread, "target_tps": float(rate),
                      "events_per_s": n * float(rate),
                      **summarize_fidelity(analysed), "proxy_cpu_s": cpu, "wall_s": wall,
-                     "proxy_cpu_pct": cpu / wall * 100,
-                     "cpu_us_per_event": cpu / max(1, events) * 1e6})
+                     "proxy_cpu_pct_of_wall": cpu / wall * 100,
+                     "proxy_cpu_pct": streaming["pct"] if streaming else cpu / wall * 100,
+                     "cpu_while_streaming": streaming,
+                     "cpu_us_per_event": cpu / max(1, events) * 1e6, "memory": mem})
     return rows
+
+
+def _warm_and_idle(client: Client, fake: FakeLLM, proxy: RetimerProxy, tag: str,
+                   seed: int) -> float:
+    """One short stream per format through the proxy, then its idle RSS (median kB of 5
+    samples, after a pause for the last record to be written)."""
+    assert proxy.proc
+    _set_text(fake, 5, seed + 4)
+    client.streams(proxy.url, [stream_spec(fake, fmt, f"{tag}-warm-{fmt}") for fmt in FORMATS])
+    proxy.records(len(FORMATS), timeout=30)
+    fake.clear()
+    time.sleep(0.3)
+    samples = []
+    for _ in range(5):
+        samples.append(memory_kb(proxy.proc.pid))
+        time.sleep(0.02)
+    return float(np.median(samples))
