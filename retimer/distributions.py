@@ -252,6 +252,11 @@ class GapSampler:
     p99 are the profile's, the mean is exact at every block end, and in between it is
     balanced by the block order (see `_BalancedOrder`). Beyond p99.2 single gaps are capped
     near the tail's conditional mean: rare long pauses belong to a stall model, not here.
+
+    `slowdown=(offset, half_rate_at)` makes the mean of gap i equal to
+    (1 + (offset + i) / half_rate_at) / tps: decode slows as the context grows. The top stratum
+    then absorbs the block's error against that weighted target, so the sum over whole blocks
+    is still exact (sum of 1/rate at each position).
     """
 
     def __init__(
@@ -263,8 +268,15 @@ class GapSampler:
         jitter: float = 1.0,
         block: int = 128,
         group: int = 8,
+        slowdown: tuple[float, float] | None = None,
     ) -> None:
         self.tps = _check_positive("tps", tps)
+        if slowdown is not None:
+            offset, half = float(slowdown[0]), _check_positive("half_rate_at", slowdown[1])
+            if not (math.isfinite(offset) and offset >= 0.0):
+                raise ValueError(f"slowdown offset must be a number >= 0, got {slowdown[0]!r}")
+            slowdown = (offset, half)
+        self.slowdown = slowdown
         r90, r99 = float(p90_ratio), float(p99_ratio)
         if not (math.isfinite(r90) and math.isfinite(r99) and 1.0 <= r90 <= r99):
             raise ValueError(
@@ -289,28 +301,50 @@ class GapSampler:
         self._order = _BalancedOrder(block, group)
         self._floor = unit.quantile(1.0 - 1.0 / block) / self._unit_mean
         self._blocks = 0
-        self._total = 0.0  # sum of emitted unit-mean values
+        self._total = 0.0  # sum of emitted unit-mean values (weighted, with a slowdown)
+        self._target = 0.0  # what that sum should be at the last block end (weighted)
         self._buf: list[float] = []
         self._i = 0
 
     @property
     def median(self) -> float:
+        """The median gap at an empty context."""
         return self.shape.p50
+
+    def weights(self, start: int, n: int) -> np.ndarray:
+        """Mean-gap multipliers of gaps start..start+n-1 (all 1 without a slowdown)."""
+        if self.slowdown is None:
+            return np.ones(n)
+        offset, half = self.slowdown
+        return 1.0 + (offset + np.arange(start, start + n, dtype=np.float64)) / half
 
     def _refill(self) -> None:
         k = self._k
+        start = self._blocks * k
         if self._constant:
-            self._buf = [self.mean_gap] * k
+            self._blocks += 1
+            self._buf = (self.weights(start, k) * self.mean_gap).tolist()
             self._i = 0
             return
         rng = self._rng
         u = (np.arange(k) + rng.random(k)) / k
         v = self._unit.ppf(u) / self._unit_mean  # unit-mean values, v[-1] is the top stratum
         self._blocks += 1
-        target = self._blocks * k - self._total - float(v[:-1].sum())
-        v[-1] = max(target, self._floor)
-        self._total += float(v.sum())
-        self._buf = (v[self._order.draw(rng)] * self.mean_gap).tolist()
+        if self.slowdown is None:
+            target = self._blocks * k - self._total - float(v[:-1].sum())
+            v[-1] = max(target, self._floor)
+            self._total += float(v.sum())
+            self._buf = (v[self._order.draw(rng)] * self.mean_gap).tolist()
+        else:
+            order = self._order.draw(rng)
+            w = self.weights(start, k)
+            out = v[order] * w
+            top = int(np.flatnonzero(order == k - 1)[0])
+            self._target += float(w.sum())
+            rest = float(out.sum()) - float(out[top])
+            out[top] = max((self._target - self._total - rest) / w[top], self._floor) * w[top]
+            self._total += float(out.sum())
+            self._buf = (out * self.mean_gap).tolist()
         self._i = 0
 
     def next(self) -> float:
@@ -331,11 +365,14 @@ class ChunkSampler:
 
     Providers batch differently (OpenAI about 1 token per event, Anthropic bursts of 1-7,
     Gemini 20-60); the scheduler groups re-timed tokens into events of these sizes.
-    Probabilities must sum to 1 (within 1e-3; they are then normalised).
+    Probabilities must sum to 1 (within 1e-3; they are then normalised). `stratified` draws
+    each block systematically (every size gets floor or ceil of its share, then shuffled), so
+    the tokens per block stay within one largest size of their mean.
     """
 
     def __init__(
-        self, distribution: Mapping[int, float], rng: np.random.Generator, block: int = 256
+        self, distribution: Mapping[int, float], rng: np.random.Generator, block: int = 256,
+        stratified: bool = False,
     ) -> None:
         if not distribution:
             raise ValueError("chunk distribution is empty")
@@ -355,6 +392,8 @@ class ChunkSampler:
         self.probs = np.array(probs) / total
         self._rng = rng
         self._block = block
+        self._stratified = stratified
+        self._cdf = np.cumsum(self.probs)
         self._buf: list[int] = []
         self._i = 0
 
@@ -367,6 +406,10 @@ class ChunkSampler:
         if self._i >= len(self._buf):
             if len(self.sizes) == 1:
                 self._buf = [int(self.sizes[0])] * self._block
+            elif self._stratified:
+                u = (np.arange(self._block) + self._rng.random()) / self._block
+                idx = np.minimum(np.searchsorted(self._cdf, u, side="right"), len(self.sizes) - 1)
+                self._buf = self._rng.permutation(self.sizes[idx]).tolist()
             else:
                 self._buf = self._rng.choice(self.sizes, size=self._block, p=self.probs).tolist()
             self._i = 0

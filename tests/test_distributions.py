@@ -280,3 +280,62 @@ def test_chunk_single_size_and_reproducibility() -> None:
 def test_chunk_sampler_rejects_bad_distributions(dist: dict[int, float]) -> None:
     with pytest.raises(ValueError):
         ChunkSampler(dist, np.random.default_rng(0))
+
+
+# ---------------------------------------------------------------- context slowdown (weights)
+
+
+@pytest.mark.parametrize("ratios", SHAPES)
+def test_slowed_gaps_sum_exactly_to_the_mean_at_each_position(ratios: tuple[float, float]) -> None:
+    """gap i has mean (1 + (offset + i) / N) / tps; whole blocks sum to it exactly."""
+    tps, offset, half = 80.0, 5000.0, 20_000.0
+    g = GapSampler(tps, *ratios, np.random.default_rng(3), slowdown=(offset, half))
+    x = np.array(g.take(128 * 40))
+    mean_gaps = (1 + (offset + np.arange(x.size)) / half) / tps
+    for blocks in (1, 7, 40):
+        n = 128 * blocks
+        assert rel(float(x[:n].sum()), float(mean_gaps[:n].sum())) < 1e-9
+    # the shape is unchanged once each gap is divided by its weight
+    unit = x / (1 + (offset + np.arange(x.size)) / half)
+    p50, p90, p99 = np.quantile(unit, [0.5, 0.9, 0.99])
+    assert rel(p90 / p50, ratios[0]) < 0.03 and rel(p99 / p50, ratios[1]) < 0.05
+    # and the rate really falls: the last block is slower than the first by the weight ratio
+    first, last = x[:128].sum(), x[-128:].sum()
+    assert rel(float(last / first), float(mean_gaps[-128:].sum() / mean_gaps[:128].sum())) < 1e-9
+
+
+def test_slowed_gaps_with_jitter_zero_are_exactly_one_over_the_rate() -> None:
+    g = GapSampler(50.0, 1.3, 2.5, np.random.default_rng(0), jitter=0, slowdown=(100.0, 1000.0))
+    assert g.take(300) == pytest.approx([(1 + (100 + i) / 1000) / 50 for i in range(300)],
+                                        rel=1e-12)
+
+
+def test_no_slowdown_keeps_the_same_draws() -> None:
+    a = GapSampler(50.0, 1.3, 2.5, np.random.default_rng(42)).take(700)
+    b = GapSampler(50.0, 1.3, 2.5, np.random.default_rng(42), slowdown=None).take(700)
+    assert a == b
+
+
+@pytest.mark.parametrize("slowdown", [(-1.0, 100.0), (0.0, 0.0), (0.0, -5.0), (math.nan, 10.0)])
+def test_bad_slowdown_is_rejected(slowdown: tuple[float, float]) -> None:
+    with pytest.raises(ValueError):
+        GapSampler(10.0, 1.3, 2.5, np.random.default_rng(0), slowdown=slowdown)
+
+
+# ---------------------------------------------------------------- stratified chunk blocks
+
+
+@pytest.mark.parametrize("dist", [{1: 0.4, 2: 0.24, 3: 0.144, 4: 0.216}, {1: 0.5, 4: 0.3, 8: 0.2}])
+def test_stratified_chunks_keep_frequencies_and_block_totals(dist: dict[int, float]) -> None:
+    c = ChunkSampler(dist, np.random.default_rng(4), block=64, stratified=True)
+    draws = np.array([c.next() for _ in range(64 * 500)])
+    for size, p in dist.items():
+        assert abs(float(np.mean(draws == size)) - p) < 0.01
+    blocks = draws.reshape(-1, 64).sum(axis=1)
+    spread = max(dist) - min(dist)
+    assert np.all(np.abs(blocks - 64 * c.mean()) <= spread)  # systematic sampling's bound
+    iid = ChunkSampler(dist, np.random.default_rng(4), block=64)
+    iid_blocks = np.array([sum(iid.next() for _ in range(64)) for _ in range(500)])
+    assert np.abs(iid_blocks - 64 * c.mean()).max() > spread  # what stratifying removes
+    assert len(set(draws[:64].tolist())) == len(dist)  # shuffled, not sorted runs only
+    assert list(draws[:64]) != sorted(draws[:64])
