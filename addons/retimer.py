@@ -19,5 +19,7 @@ except ImportError:
     sys.path.insert(0, os.path.dirname(_here))
 
 from retimer.addon import Retimer  # noqa: E402
+from retimer.cache_addon import ResponseCache  # noqa: E402
 
-addons = [Retimer()]
+_retimer = Retimer()
+addons = [_retimer, ResponseCache(_retimer)]

@@ -27,6 +27,7 @@ from .hold import is_llm_call, timing_line
 from .hosts import is_llm_host
 from .pacer import StreamPacer
 from .profile import Profile, ProfileError, load_profile
+from .prompt import PromptCache, PromptInfo, estimate_prompt
 from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
 from .protocols.generic import GenericStreamAdapter
@@ -48,9 +49,13 @@ IDLE_GC_AFTER_S = 0.2
 Listener = Callable[[dict[str, Any]], None]
 
 
-def build_profile(name: str, ttft: str = "", tps: str = "", jitter: str = "") -> Profile:
+def build_profile(
+    name: str, ttft: str = "", tps: str = "", jitter: str = "", speed: str = ""
+) -> Profile:
     """The active profile with command-line overrides; errors name the option at fault."""
-    return load_profile(name).with_overrides(ttft=ttft or None, tps=tps or None, jitter=jitter or None)
+    return load_profile(name).with_overrides(
+        ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None
+    )
 
 
 def destination_host(flow: http.HTTPFlow) -> str:
@@ -80,6 +85,7 @@ class Retimer:
         self.profile: Profile | None = None
         self.seed: int = 0
         self.strategy = Strategy.LIVE
+        self.prompt_cache = PromptCache()  # the session's prompt prefixes (providers' caching)
         self.last_request = 0.0  # monotonic time of the latest request (idle GC waits for quiet)
         self.streams = 0
         self.log: RecordLog | None = None
@@ -114,6 +120,10 @@ class Retimer:
             "retimer_log", str, "", "Append one JSON line per re-timed stream to this file."
         )
         loader.add_option(
+            "retimer_speed", str, "",
+            "Play the whole profile faster or slower: 2 (or 2x, 200%) is twice as fast.",
+        )
+        loader.add_option(
             "retimer_strategy", str, "live",
             "When the upstream is slower than the target: live (tokens leave as they can), "
             "smooth (start late enough to play at the profile rate without stalls) or replay "
@@ -122,11 +132,13 @@ class Retimer:
         bridge.install()
 
     def configure(self, updated: set[str]) -> None:
-        if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter"}:
+        if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter",
+                      "retimer_speed"}:
             opts = ctx.options
             try:
                 self.profile = build_profile(
-                    opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter
+                    opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter,
+                    opts.retimer_speed,
                 )
             except ProfileError as e:
                 raise exceptions.OptionsError(str(e)) from None
@@ -181,7 +193,7 @@ class Retimer:
         if line is None:
             return
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
-        pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start)
+        pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start, flow=flow)
         now = time.monotonic()
         pacer.feed(line, now)
         pacer.finish(now)
@@ -243,7 +255,7 @@ class Retimer:
             if response.http_version.startswith("HTTP/1"):
                 response.headers["transfer-encoding"] = "chunked"
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
-        pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy)
+        pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
         flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
         for start_hook in self.stream_start_hooks:
             start_hook(flow, pacer)
@@ -252,17 +264,27 @@ class Retimer:
 
     def _pacer(
         self, adapter: Adapter, start: float, decoder: Any = None, *,
-        strategy: Strategy = Strategy.LIVE, expected_tokens: int | None = None,
+        strategy: Strategy = Strategy.LIVE, flow: http.HTTPFlow | None = None,
     ) -> tuple[StreamPacer, int]:
-        """A pacer with the next stream index's timing draw (seeded by seed and index)."""
+        """A pacer with the next stream index's timing draw (seeded by seed and index).
+
+        With `flow`, the request body drives prefill, the prompt cache, context slowdown and
+        the reasoning budget, and its max-tokens hint guides the `smooth` strategy."""
         assert self.profile is not None
         index = self.streams
         self.streams += 1
         rng = np.random.default_rng([self.seed, index])
-        timing = NoTiming() if self.profile.passthrough else self.profile.stream_timing(rng)
+        prompt = _prompt_of(flow) if flow is not None else None
+        timing: Any = NoTiming()
+        if not self.profile.passthrough:
+            timing = self.profile.stream_timing(
+                rng, prompt=prompt if prompt is not None and prompt.known else None,
+                cache=self.prompt_cache, now=time.monotonic(),
+            )
         pacer = StreamPacer(
             adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder,
-            strategy=strategy, target_tps=self.profile.tps, expected_tokens=expected_tokens,
+            strategy=strategy, target_tps=self.profile.tps,
+            expected_tokens=prompt.max_output_tokens if prompt is not None else None,
         )
         return pacer, index
 
@@ -347,6 +369,9 @@ class Retimer:
                 "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
                 "tps": None if self.profile.passthrough else self.profile.tps,
             },
+            # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
+            "model": {"speed": self.profile.speed,
+                      **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
             **timing,
             "upstream_bound": (not self.profile.passthrough)
             and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
@@ -356,6 +381,13 @@ class Retimer:
             "fallback": pacer.fallback,
             "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
         }
+
+
+def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
+    """The request's prompt estimate; the cache scope is the host and the path's model part."""
+    request = flow.request
+    scope = destination_host(flow) + request.path.split("?", 1)[0].split(":", 1)[0]
+    return estimate_prompt(request.get_content(strict=False), scope=scope)
 
 
 def _collect_if_idle(addon: Retimer) -> None:

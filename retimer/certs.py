@@ -40,3 +40,37 @@ def write_bundle(confdir: Path) -> Path:
     bundle = confdir / BUNDLE_FILE
     bundle.write_text(roots.rstrip("\n") + "\n" + ca)
     return bundle
+
+
+def ensure_ca(confdir: Path, key_size: int = 2048) -> Path:
+    """Create retimer's CA in confdir if missing (as the proxy would); return the cert's path.
+
+    The folder is made owner-only (0700) and the files holding the CA's private key 0600: anyone
+    who can read that key can mint certificates every client trusting the CA accepts.
+    """
+    from mitmproxy.certs import CertStore
+
+    confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    confdir.chmod(0o700)
+    CertStore.from_store(confdir, "mitmproxy", key_size)
+    for secret in ("mitmproxy-ca.pem", "mitmproxy-ca.p12"):
+        path = confdir / secret
+        if path.exists():
+            path.chmod(0o600)
+    return confdir / CA_FILE
+
+
+def spki_hash(cert_pem: Path) -> str:
+    """base64(sha256(SubjectPublicKeyInfo DER)): what Chromium's --ignore-certificate-errors-spki-list
+    and HPKP-style pins name. Every leaf retimer mints reuses the CA's key, so it matches them all."""
+    import base64
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert = x509.load_pem_x509_certificate(cert_pem.read_bytes())
+    der = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return base64.b64encode(hashlib.sha256(der).digest()).decode()

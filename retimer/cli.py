@@ -47,12 +47,26 @@ def _proxy_parser() -> argparse.ArgumentParser:
                    help="override the median time to first token, e.g. 400ms or 2s")
     p.add_argument("--tps", metavar="RATE", default="", help="override the mean decode rate (tokens/s)")
     p.add_argument("--jitter", metavar="X", default="",
-                   help="scale the profile's jitter; 0 turns it off (exact timing)")
+                   help="scale the profile's jitter; 0 turns it off (every gap is the mean gap)")
+    p.add_argument("--speed", metavar="FACTOR", default="",
+                   help="play the whole profile faster or slower: 2 (2x, 200%%) twice as fast, 0.5x half")
+    p.add_argument("--strategy", default="live", metavar="NAME",
+                   help="when the upstream is slower than the profile: live (default), smooth "
+                   "(start late enough to play without stalls) or replay (wait for the whole "
+                   "response, then play it exactly)")
+    p.add_argument("--cache", metavar="DIR", default="",
+                   help="answer repeated identical requests from DIR with exact profile timing, "
+                   "no upstream call; responses are stored there")
+    p.add_argument("--cache-max-mb", metavar="MB", type=int, default=0,
+                   help="cap the cache's size, least recently used entries go first")
     p.add_argument("--intercept", metavar="REGEX", action="append", default=[],
                    help="also intercept TLS for hosts matching REGEX (host:port), repeatable")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set a mitmproxy option, e.g. --set ssl_insecure=true (repeatable)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live view or per-stream lines")
+    p.add_argument("--upstream", metavar="URL", default="",
+                   help="reverse mode: serve plain HTTP as this API (e.g. https://api.openai.com); "
+                   "clients set their base URL to retimer, no proxy or CA needed")
     return p
 
 
@@ -63,6 +77,16 @@ def main(argv: list[str] | None = None) -> None:
 
         print_profiles(argv[1:])
         return
+    if argv and argv[0] in ("run", "env", "ca"):
+        from . import launch
+
+        launch.main(argv[0], argv[1:])
+        return
+    if argv and argv[0] == "browser":
+        from . import browser_cmd
+
+        browser_cmd.main(argv[1:])
+        return
     args = _proxy_parser().parse_args(argv)
     try:
         asyncio.run(_run_proxy(args))
@@ -70,12 +94,12 @@ def main(argv: list[str] | None = None) -> None:
         pass
 
 
-def _validate(args: argparse.Namespace) -> None:
+def _validate(args: argparse.Namespace, check_port: bool = True) -> None:
     from .addon import build_profile
     from .profile import ProfileError
 
     try:
-        build_profile(args.profile, args.ttft, args.tps, args.jitter)
+        build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed)
     except ProfileError as e:
         fail(str(e))
     if not 0 <= args.listen_port <= 65535:
@@ -92,7 +116,33 @@ def _validate(args: argparse.Namespace) -> None:
     for item in args.sets:
         if "=" not in item:
             fail(f"--set: expected KEY=VALUE, got {item!r}")
-    _check_port(args.listen_host, args.listen_port)
+    from .strategy import parse_strategy
+
+    try:
+        parse_strategy(args.strategy)
+    except ValueError as e:
+        fail(str(e))
+    if args.cache_max_mb < 0:
+        fail(f"--cache-max-mb: expected a size >= 0, got {args.cache_max_mb:g}")
+    if args.upstream:
+        from .reverse import UpstreamError, parse_upstream
+
+        try:
+            args.upstream = parse_upstream(args.upstream)
+        except UpstreamError as e:
+            fail(f"--upstream: {e}")
+    if check_port:
+        _check_port(args.listen_host, args.listen_port)
+
+
+def confdir_of(args: argparse.Namespace) -> Path:
+    """The confdir a --set confdir=DIR names, else retimer's default (the CA lives there)."""
+    value = DEFAULT_CONFDIR
+    for item in args.sets:
+        key, _, val = item.partition("=")
+        if key.strip() == "confdir":
+            value = val
+    return Path(os.path.expanduser(value))
 
 
 def _check_port(host: str, port: int) -> None:
@@ -114,14 +164,29 @@ def _check_port(host: str, port: int) -> None:
 
 
 async def _run_proxy(args: argparse.Namespace) -> None:
+    m, addon, view = build_proxy(args)
+    _print_banner(args, m.options, addon)
+    await serve(m, view)
+
+
+def build_proxy(
+    args: argparse.Namespace, out: Any = None, interactive: bool | None = None
+) -> tuple[Any, Any, Any]:
+    """Validate the options and build the mitmproxy master with retimer's addons (in a loop).
+
+    Returns (master, Retimer addon, live view); `out`/`interactive` redirect the view.
+    """
     _validate(args)
     from mitmproxy import exceptions, master, options
     from mitmproxy.addons import default_addons, errorcheck, termlog
 
     from .addon import Retimer
     from .bridge import InternalsMissing
+    from .cache_addon import ResponseCache
+    from .certs import ensure_ca
     from .hosts import allow_hosts
     from .liveview import LiveView
+    from .pac import PacServer
 
     opts = options.Options()
     m = master.Master(opts)
@@ -129,18 +194,26 @@ async def _run_proxy(args: argparse.Namespace) -> None:
     m.addons.add(*default_addons())
     m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
     addon = Retimer()
-    view = LiveView(active=addon.snapshot)
+    view = LiveView(out=out, interactive=interactive, active=addon.snapshot)
     if not args.quiet:
         addon.listeners.append(view)
     try:
         m.addons.add(addon)
     except InternalsMissing as e:
         fail(str(e), 1)
+    m.addons.add(ResponseCache(addon))
+    m.addons.add(PacServer())
+    confdir = confdir_of(args)
+    try:
+        ensure_ca(confdir)  # before mitmproxy creates it with looser permissions
+    except OSError as e:
+        fail(f"cannot create the CA in {confdir}: {e.strerror}", 1)
     updates: dict[str, Any] = {
         "listen_host": args.listen_host,
         "listen_port": args.listen_port,
-        "confdir": DEFAULT_CONFDIR,
-        "allow_hosts": allow_hosts(args.intercept),
+        "confdir": str(confdir),
+        # reverse mode has one destination, so nothing to choose: intercept it
+        "allow_hosts": [] if args.upstream else allow_hosts(args.intercept),
         "termlog_verbosity": "warn",
         "retimer_profile": args.profile,
         "retimer_ttft": args.ttft,
@@ -148,13 +221,23 @@ async def _run_proxy(args: argparse.Namespace) -> None:
         "retimer_jitter": args.jitter,
         "retimer_seed": -1 if args.seed is None else args.seed,
         "retimer_log": args.log,
+        "retimer_speed": args.speed,
+        "retimer_strategy": args.strategy,
+        "retimer_cache": args.cache,
+        "retimer_cache_max_mb": args.cache_max_mb,
     }
+    if args.upstream:
+        updates["mode"] = [f"reverse:{args.upstream}"]
     try:
         opts.update(**updates)
         opts.set(*args.sets)
     except exceptions.OptionsError as e:
         fail(str(e).splitlines()[0] if str(e) else "invalid option")
-    _print_banner(args, opts, addon)
+    return m, addon, view
+
+
+async def serve(m: Any, view: Any) -> None:
+    """Run the master until SIGINT/SIGTERM or m.shutdown(), with the live view around it."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
@@ -210,12 +293,32 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
             "anyone who can reach it can use this proxy"
         )
     console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+    extras = [f"strategy {args.strategy}"] if args.strategy != "live" else []
+    if profile.speed != 1:
+        extras.append(f"speed {profile.speed:g}x")
+    if args.cache:
+        extras.append(f"cache {Path(args.cache).expanduser()}")
+    if extras:
+        console.print(f"  timing   {', '.join(extras)}")
+    if args.upstream:
+        from .launch_env import proxy_url
+        from .reverse import base_url_hint
+
+        listen = proxy_url(args.listen_host, args.listen_port)
+        console.print(f"  reverse  serving {args.upstream} as plain HTTP at {listen}: no proxy or CA needed")
+        console.print(f"  clients  {base_url_hint(args.upstream, listen)}")
+        console.print("  Ctrl-C stops.")
+        if args.log:
+            console.print(f"  records  {Path(args.log).expanduser()}")
+        return
     console.print(f"  CA cert  {ca}")
     console.print(f"  bundle   {bundle} (system roots + the CA, for SDKs and CLIs)")
     console.print(f"  curl     curl --proxy {proxy} --cacert {bundle} -N https://api.openai.com/...")
     console.print(f"  Python   HTTPS_PROXY={proxy} SSL_CERT_FILE={bundle} python app.py")
     console.print(f"  Node     HTTPS_PROXY={proxy} NODE_USE_ENV_PROXY=1 NODE_EXTRA_CA_CERTS={ca} node app.js")
     console.print(f"  browser  proxy {args.listen_host}:{args.listen_port} for HTTP and HTTPS; trust {ca}")
+    console.print(f"  PAC      {proxy}/proxy.pac (LLM hosts via retimer, the rest DIRECT)")
+    console.print("  any app  retimer run \\[options] -- COMMAND  (or: eval \"$(retimer env)\")")
     console.print("  only LLM hosts are intercepted; everything else is tunnelled untouched. Ctrl-C stops.")
     if args.log:
         console.print(f"  records  {Path(args.log).expanduser()}")

@@ -204,6 +204,8 @@ class StreamPacer:
             self._push(Emission(max(now, self._last_due), event.raw, 0, None))
             return
         channel = event.texts[0][0]
+        if channel is Channel.REASONING and not self.scheduler.started:
+            self._visible_reasoning()
         tokens = split_tokens(event.text)
         self.stats.upstream_tokens(arrival, len(tokens), channel)
         if self.passthrough or not event.splittable:
@@ -241,6 +243,13 @@ class StreamPacer:
             self._open_channel = channel
             if close:
                 self._close_open(partial=False)
+
+    def _visible_reasoning(self) -> None:
+        """The stream shows its reasoning, paced token by token: no hidden thinking time."""
+        skip = getattr(self.timing, "skip_hidden_reasoning", None)
+        if skip is not None:
+            skip()
+            self.stats.target_ttft = self.timing.ttft
 
     def _new_chunk(self) -> None:
         self.scheduler.end_first_chunk()

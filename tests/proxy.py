@@ -111,7 +111,9 @@ class RetimerProxy:
         while True:
             lines: list[str] = []
             if self.log_path.exists():
-                lines = [x for x in self.log_path.read_text().splitlines() if x.strip()]
+                # complete lines only: a record being written may be read half-way
+                done = self.log_path.read_text().split("\n")[:-1]
+                lines = [x for x in done if x.strip()]
             if len(lines) >= n or time.monotonic() > deadline:
                 return [json.loads(x) for x in lines]
             time.sleep(0.05)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from proxy import RetimerProxy, run_cli
 
-from retimer.profile import builtin_profiles
+from retimer.profile import builtin_profiles, load_profile
 
 
 @pytest.mark.parametrize(
@@ -105,3 +105,28 @@ def test_banner_says_where_and_how(tmp_path: Path) -> None:
     bundle = proxy.confdir / "retimer-ca-bundle.pem"
     assert bundle.read_text().count("BEGIN CERTIFICATE") >= 2
     assert proxy.ca_path.read_text().strip() in bundle.read_text()
+
+
+def test_strategy_speed_and_cache_flags_reach_the_records(tmp_path: Path) -> None:
+    """--strategy, --speed and --cache from the command line, seen in the records."""
+    import httpx
+    from proxy import RetimerProxy
+    from upstream import FakeLLM
+
+    cache = tmp_path / "cache"
+    with FakeLLM() as fake, RetimerProxy(
+        tmp_path / "p", "--profile", "cerebras", "--strategy", "replay", "--speed", "0.5x",
+        "--cache", str(cache), "--jitter", "0",
+    ) as proxy:
+        assert "strategy replay, speed 0.5x, cache" in proxy.stdout()
+        with httpx.Client(proxy=proxy.url, timeout=30) as c:
+            for _ in range(2):
+                r = c.post(fake.url + "/v1/chat/completions", json={"stream": True, "messages": []})
+                assert r.status_code == 200
+        first, second = proxy.records(2)
+    assert len(fake.requests) == 1  # the second came from the cache
+    assert [first["cache"], second["cache"]] == ["stored", "hit"]
+    assert first["strategy"] == second["strategy"] == "replay"
+    assert first["model"]["speed"] == 0.5
+    full = load_profile("cerebras")
+    assert first["target"]["tps"] == pytest.approx(full.tps / 2)

@@ -1,0 +1,68 @@
+"""The environment that points a program at retimer: proxy variables and the CA, per runtime.
+
+Pure (no I/O) so `retimer run` and `retimer env` print and apply exactly the same thing, and
+tests can check it without starting anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+
+LOOPBACK = "localhost,127.0.0.1,::1"
+SHELLS = ("sh", "fish", "powershell")
+
+
+def proxy_url(host: str, port: int) -> str:
+    """The URL clients put in HTTPS_PROXY; a wildcard listen address is reached via loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def launch_env(proxy: str, bundle: str, ca: str) -> dict[str, str]:
+    """Variables for a child process: every common runtime's proxy and trust settings.
+
+    Runtimes that replace their trust store (Python's ssl, requests, curl) get the bundle of
+    system roots plus retimer's CA, so hosts retimer tunnels untouched still validate; Node
+    adds NODE_EXTRA_CA_CERTS to its own roots, so it gets the CA alone. Loopback is excluded
+    from proxying: local dev servers, and retimer itself, are reached directly.
+    """
+    return {
+        "HTTPS_PROXY": proxy,
+        "https_proxy": proxy,
+        "HTTP_PROXY": proxy,
+        "http_proxy": proxy,
+        "NO_PROXY": LOOPBACK,
+        "no_proxy": LOOPBACK,
+        "SSL_CERT_FILE": bundle,
+        "REQUESTS_CA_BUNDLE": bundle,
+        "CURL_CA_BUNDLE": bundle,
+        "NODE_EXTRA_CA_CERTS": ca,
+        "NODE_USE_ENV_PROXY": "1",
+    }
+
+
+def child_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    """`base` (the parent's environment) with `extra` applied; ours win over inherited values."""
+    return {**base, **extra}
+
+
+def shell_lines(env: Mapping[str, str], shell: str = "sh") -> list[str]:
+    """Lines that set `env` in a shell: sh/bash/zsh `export`, fish `set -gx`, PowerShell `$env:`."""
+    if shell == "sh":
+        return [f"export {k}={shlex.quote(v)}" for k, v in env.items()]
+    if shell == "fish":
+        return [f"set -gx {k} {_fish_quote(v)}" for k, v in env.items()]
+    if shell == "powershell":
+        return [f"$env:{k} = '{v.replace(chr(39), chr(39) * 2)}'" for k, v in env.items()]
+    raise ValueError(f"unknown shell {shell!r} (expected one of {', '.join(SHELLS)})")
+
+
+def _fish_quote(value: str) -> str:
+    """fish single quotes: only backslash and the quote itself are special inside."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
