@@ -45,6 +45,8 @@ STREAM_TYPES = (
 )
 
 IDLE_GC_AFTER_S = 0.2
+PROFILE_KEY = "retimer_profile"  # flow.metadata: a Profile chosen for this flow (studies)
+RECORD_KEY = "retimer_record"  # flow.metadata: extra fields for this flow's record
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -181,7 +183,7 @@ class Retimer:
         if (
             response is None or response.stream or flow.websocket is not None
             or "retimer" in flow.metadata or response.status_code != 200
-            or self.profile is None or self.profile.passthrough
+            or self.profile is None or self.profile_for(flow).passthrough
         ):
             return
         request = flow.request
@@ -262,6 +264,15 @@ class Retimer:
         bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
+    def profile_for(self, flow: http.HTTPFlow | None) -> Profile:
+        """The flow's profile: a per-flow choice (a study condition) or the configured one.
+
+        Another addon may put a `Profile` in `flow.metadata[PROFILE_KEY]` before the response
+        arrives, and a dict of fields for the record in `flow.metadata[RECORD_KEY]`."""
+        assert self.profile is not None
+        chosen = flow.metadata.get(PROFILE_KEY) if flow is not None else None
+        return chosen if isinstance(chosen, Profile) else self.profile
+
     def _pacer(
         self, adapter: Adapter, start: float, decoder: Any = None, *,
         strategy: Strategy = Strategy.LIVE, flow: http.HTTPFlow | None = None,
@@ -270,27 +281,27 @@ class Retimer:
 
         With `flow`, the request body drives prefill, the prompt cache, context slowdown and
         the reasoning budget, and its max-tokens hint guides the `smooth` strategy."""
-        assert self.profile is not None
+        profile = self.profile_for(flow)
         index = self.streams
         self.streams += 1
         rng = np.random.default_rng([self.seed, index])
         prompt = _prompt_of(flow) if flow is not None else None
         timing: Any = NoTiming()
-        if not self.profile.passthrough:
-            timing = self.profile.stream_timing(
+        if not profile.passthrough:
+            timing = profile.stream_timing(
                 rng, prompt=prompt if prompt is not None and prompt.known else None,
                 cache=self.prompt_cache, now=time.monotonic(),
             )
         pacer = StreamPacer(
-            adapter, timing, start, passthrough=self.profile.passthrough, decoder=decoder,
-            strategy=strategy, target_tps=self.profile.tps,
+            adapter, timing, start, passthrough=profile.passthrough, decoder=decoder,
+            strategy=strategy, target_tps=profile.tps,
             expected_tokens=prompt.max_output_tokens if prompt is not None else None,
         )
         return pacer, index
 
     # -- WebSocket -------------------------------------------------------------------------
     def websocket_start(self, flow: http.HTTPFlow) -> None:
-        if self.profile is None or self.profile.passthrough:
+        if self.profile is None or self.profile_for(flow).passthrough:
             return
         request = flow.request
         if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
@@ -304,7 +315,7 @@ class Retimer:
         self.websockets.end(flow)
 
     def _websocket_turn(self, flow: http.HTTPFlow, start: float) -> tuple[StreamPacer, int]:
-        return self._pacer(WebSocketMessageAdapter(), start)
+        return self._pacer(WebSocketMessageAdapter(), start, flow=flow)
 
     def _websocket_done(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str, index: int
@@ -348,7 +359,7 @@ class Retimer:
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
         *, index: int | None = None,
     ) -> dict[str, Any]:
-        assert self.profile is not None
+        profile = self.profile_for(flow)
         meta = flow.metadata.get("retimer", {})
         if index is not None:
             meta = {**meta, "index": index}
@@ -360,25 +371,26 @@ class Retimer:
             "time": datetime.fromtimestamp(flow.request.timestamp_start, UTC).isoformat(),
             "url": redact_url(destination_url(flow)),
             "protocol": meta.get("protocol"),
-            "profile": self.profile.name,
+            "profile": profile.name,
             "seed": self.seed,
             "stream": meta.get("index"),
             "status": flow.response.status_code if flow.response else None,
             "outcome": outcome,
             "target": {
                 "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
-                "tps": None if self.profile.passthrough else self.profile.tps,
+                "tps": None if profile.passthrough else profile.tps,
             },
             # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
-            "model": {"speed": self.profile.speed,
+            "model": {"speed": profile.speed,
                       **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
             **timing,
-            "upstream_bound": (not self.profile.passthrough)
+            "upstream_bound": (not profile.passthrough)
             and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
             "upstream_wait_ms": round(wait_ms, 3),
             "strategy": str(pacer.strategy),
             "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
             "fallback": pacer.fallback,
+            **flow.metadata.get(RECORD_KEY, {}),
             "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
         }
 
