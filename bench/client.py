@@ -60,6 +60,32 @@ def event_text(data: bytes) -> str:
     return "".join(text)
 
 
+def adapter_events(chunks: list[tuple[float, bytes]], shape: dict[str, str]
+                   ) -> tuple[list[tuple[float, int]], dict[str, str], int]:
+    """(arrival, tokens) per token-bearing event of any format, parsed with retimer's adapter
+    for the request `shape`; also the text per channel and the most tokens in one event."""
+    from retimer.protocols import fallback_adapter, find_adapter
+    from retimer.protocols.base import RequestShape
+
+    request = RequestShape(shape["method"], shape["host"], shape["path"], {}, b"{}")
+    cls = find_adapter(request, shape["ctype"])
+    adapter = cls() if cls is not None else fallback_adapter(shape["ctype"])
+    assert adapter is not None, shape
+    out: list[tuple[float, int]] = []
+    texts: dict[str, str] = {}
+    most = 0
+    for t, chunk in [*chunks, (chunks[-1][0] if chunks else 0.0, None)]:
+        for event in adapter.feed(chunk) if chunk is not None else adapter.end():
+            n = 0
+            for channel, text in event.texts:
+                texts[channel] = texts.get(channel, "") + text
+                n += len(split_tokens(text))
+            if n:
+                out.append((t, n))
+                most = max(most, n)
+    return out, texts, most
+
+
 def token_events(chunks: list[tuple[float, bytes]]) -> list[tuple[float, int]]:
     """(arrival time, token count) per token-bearing SSE event; the time is that of the read
     that completed the event. Tokens are counted with retimer's own splitter."""
@@ -79,8 +105,14 @@ SEND_STARTED = "http11.send_request_headers.started"
 
 
 def _result(t_call: float, w_call: float, sent: list[float], t_head: float, status: int,
-            chunks: list[tuple[float, bytes]]) -> dict[str, Any]:
+            chunks: list[tuple[float, bytes]], shape: dict[str, str] | None = None
+            ) -> dict[str, Any]:
     t_sent = sent[0] if sent else t_call
+    if shape is not None:  # any wire format: count with the format's adapter
+        events, texts, most = adapter_events(chunks, shape)
+        return {"t_call": t_call, "t_sent": t_sent, "t_head": t_head, "status": status,
+                "reads": [(t, len(c)) for t, c in chunks], "events": events,
+                "texts": texts, "max_event_tokens": most}
     return {
         "t_call": t_call,
         "t_sent": t_sent,
@@ -116,7 +148,7 @@ def one_stream(client: httpx.Client, spec: dict[str, Any]) -> dict[str, Any]:
                 append((monotonic(), chunk))
     finally:
         gc.enable()
-    return _result(t_call, w_call, sent, t_head, r.status_code, chunks)
+    return _result(t_call, w_call, sent, t_head, r.status_code, chunks, spec.get("shape"))
 
 
 async def one_stream_async(client: httpx.AsyncClient, spec: dict[str, Any]) -> dict[str, Any]:

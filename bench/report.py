@@ -254,4 +254,12 @@ def render(res: dict[str, Any]) -> str:
                       "at the client, minus its idle RSS before the run, divided by the "
                       "streams; each answer is buffered whole in the proxy (fast upstream).",
                       "", memory_table(res["concurrency"])]
+    if res.get("formats"):
+        from format_scenarios import TPS, formats_table
+
+        parts += ["", f"### Every wire format: bursty upstream, {TPS:g} tok/s, jitter 0", "",
+                  "The upstream sends each capture in 3 bursts 50 ms apart; the client parses "
+                  "what it receives with the format's adapter. Rate error is tokens after the "
+                  "first event over the time to the last one, against the target.", "",
+                  formats_table(res["formats"])]
     return "\n".join(parts) + "\n"

@@ -31,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 DOC = HERE.parent / "BENCHMARKS.md"
 START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
-SECTIONS = ("fidelity", "jitter", "overhead", "concurrency")
+SECTIONS = ("fidelity", "jitter", "overhead", "concurrency", "formats")
 
 
 def machine() -> dict[str, Any]:

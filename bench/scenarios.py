@@ -57,6 +57,13 @@ QUICK = Plan(
 )
 
 
+def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
+    """Every wire format at 50 tok/s (see bench/format_scenarios.py)."""
+    from format_scenarios import formats as run_formats
+
+    return run_formats(client, fake, tmp, plan, seed)
+
+
 def _log(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
