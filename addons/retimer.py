@@ -20,6 +20,8 @@ except ImportError:
 
 from retimer.addon import Retimer  # noqa: E402
 from retimer.cache_addon import ResponseCache  # noqa: E402
+from retimer.study_addon import Study  # noqa: E402
+from retimer.safety import Safety  # noqa: E402
 
 _retimer = Retimer()
-addons = [_retimer, ResponseCache(_retimer)]
+addons = [_retimer, Safety(_retimer), Study(_retimer), ResponseCache(_retimer)]

@@ -88,6 +88,12 @@ class Sampler:
             s.update(self._probe.get("http://retimer-soak.probe/").json())
         self.samples.append(s)
 
+    def types(self) -> dict[str, int]:
+        """The proxy's most common object types now (empty without the probe)."""
+        if self._probe is None:
+            return {}
+        return self._probe.get("http://retimer-soak.probe/?types=1").json()["types"]
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
@@ -113,47 +119,55 @@ def fit(samples: list[dict[str, Any]], key: str, t0: float, t1: float) -> dict[s
         return {"slope_per_min": float("nan"), "growth": float("nan"), "n": len(pts)}
     t = np.array([p[0] for p in pts]) - t0
     v = np.array([p[1] for p in pts], dtype=float)
-    slope = float(np.polyfit(t / 60.0, v, 1)[0])
-    return {"slope_per_min": slope, "growth": slope * (t1 - t0) / 60.0, "n": len(pts),
+    x = t / 60.0
+    slope, icept = np.polyfit(x, v, 1)
+    resid = v - (slope * x + icept)
+    se = float(np.sqrt(resid @ resid / (len(x) - 2) / ((x - x.mean()) @ (x - x.mean()))))
+    minutes = (t1 - t0) / 60.0
+    return {"slope_per_min": float(slope), "growth": float(slope) * minutes,
+            "growth_se": se * minutes, "n": len(pts),
             "mean": float(v.mean()), "min": float(v.min()), "max": float(v.max())}
 
 
 def analyse(res: dict[str, Any]) -> dict[str, Any]:
-    """Second-half fits, idle levels before and after, and the verdicts."""
+    """Fits over each half of the load, idle levels before, between and after, and verdicts."""
     samples = res["samples"]
-    t_start, seconds = res["load_start"], res["seconds"]
-    half, end = t_start + seconds / 2, t_start + seconds
+    (s1, e1), (s2, e2) = res["halves"]
     keys = [k for k in ("rss_kb", "fds", "threads", "tasks", "objects") if k in samples[0]]
 
     def idle(phase: str, key: str) -> float:
         vals = [s[key] for s in samples if s["phase"] == phase and key in s]
-        return float(max(vals)) if vals else float("nan")
+        return float(np.median(vals)) if vals else float("nan")
 
     out: dict[str, Any] = {}
     for key in keys:
-        out[key] = {"before": idle("idle-before", key), "after": idle("idle-after", key),
-                    "first_half": fit(samples, key, t_start, half),
-                    "second_half": fit(samples, key, half, end)}
-    done = [s["streams_done"] for s in samples if half <= s["t"] <= end]
-    streams_2nd = (max(done) - min(done)) if done else 0
+        out[key] = {"before": idle("idle-before", key), "mid": idle("idle-mid", key),
+                    "after": idle("idle-after", key),
+                    "first_half": fit(samples, key, s1, e1), "second_half": fit(samples, key, s2, e2)}
+    streams_2nd = res["clients"][1].get("streams", 0)
     out["streams_second_half"] = streams_2nd
-    counts: dict[str, int] = res["client"].get("counts", {})
-    failures = sum(n for k, n in counts.items() if " FAIL" in k)
-    rss = out["rss_kb"]["second_half"]
+    failures = sum(n for k, n in res["counts"].items() if " FAIL" in k)
+    rss, fds, obj = out["rss_kb"], out["fds"], out.get("objects")
+    rss_slack = max(4096, 0.02 * rss["mid"])
     checks = {
-        "every stream checked out": failures == 0 and res["client"].get("streams", 0) > 0,
-        "memory: RSS grows < 4 MiB (or 2 %) over the second half":
-            rss["growth"] < max(4096, 0.02 * rss.get("mean", 0)),
-        "descriptors: no growth over the second half, back to idle after":
-            out["fds"]["second_half"]["growth"] < 2 and out["fds"]["after"] <= out["fds"]["before"] + 2,
-        "threads: none added in the second half":
-            out["threads"]["second_half"]["max"] <= out["threads"]["first_half"]["max"],
+        "every stream and session checked out": failures == 0 and streams_2nd > 0,
+        "memory: RSS fit over the second half rises < 4 MiB (2 %), idle RSS too":
+            rss["second_half"]["growth"] < rss_slack and rss["after"] - rss["mid"] < rss_slack,
+        "descriptors: idle count back to its level, fit over the second half flat":
+            fds["after"] <= min(fds["mid"] + 1, fds["before"] + 2)
+            and fds["second_half"]["growth"] < max(2, 3 * fds["second_half"]["growth_se"]),
+        "threads: none added by the second half":
+            out["threads"]["second_half"]["max"] <= out["threads"]["first_half"]["max"]
+            and out["threads"]["after"] <= out["threads"]["mid"],
     }
+    checks["proxy log: no traceback"] = res.get("proxy_log", {}).get("tracebacks", 0) == 0
     if "tasks" in out:
-        checks["tasks: back to idle after"] = out["tasks"]["after"] <= out["tasks"]["before"] + 2
-    if "objects" in out:
-        objs = out["objects"]["second_half"]
-        checks["objects: grow < 2 % over the second half"] = objs["growth"] < 0.02 * objs.get("mean", 0)
+        tasks = out["tasks"]
+        checks["tasks: idle count back to its level"] = (
+            tasks["after"] <= min(tasks["mid"] + 1, tasks["before"] + 2))
+    if obj is not None:
+        checks["objects: idle count grows < 200 + 1 per 20 streams of the second half"] = (
+            obj["after"] - obj["mid"] < 200 + streams_2nd / 20)
     out["checks"] = checks
     out["pass"] = all(checks.values())
     return out
@@ -171,6 +185,17 @@ def records_summary(path: Path) -> dict[str, int]:
     return counts
 
 
+def log_summary(text: str) -> dict[str, Any]:
+    """The proxy's stderr by kind of line (timestamps and numbers blanked), tracebacks counted."""
+    kinds: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.strip():
+            kind = re.sub(r"\d+", "N", re.sub(r"^\[[\d:.]+\]\s*", "", line))[:160]
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {"lines": sum(kinds.values()), "tracebacks": text.count("Traceback"),
+            "kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:15])}
+
+
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     seconds = 60.0 if args.quick else args.minutes * 60.0
     res: dict[str, Any] = {"started": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -184,40 +209,59 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         sampler = Sampler(proxy.proc.pid, proxy.url, args.sample_every, not args.no_probe)
         sampler.start()
         time.sleep(IDLE_S)
+        res["types_before"] = sampler.types()
         cfg = {"proxy": proxy.url, "proxy_port": proxy.port, "upstream": fake.url,
-               "ws_port": ws.port, "concurrency": args.concurrency, "seconds": seconds,
-               "seed": args.seed, "ws_weight": 1.0, "p_disconnect": 0.04, "p_reset": 0.04,
-               "p_error": 0.03}
-        client = subprocess.Popen([sys.executable, str(HERE / "soak_client.py")], text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        assert client.stdin and client.stdout
-        sampler.phase = "load"
-        res["load_start"] = time.monotonic()
-        client.stdin.write(json.dumps(cfg) + "\n")
-        client.stdin.close()
-        summary: dict[str, Any] = {}
-        for line in client.stdout:
-            msg = json.loads(line)
-            if msg["type"] == "progress":
-                sampler.progress = msg
-                print(f"[soak] {msg['t'] - res['load_start']:6.0f} s  {msg['done']} streams, "
-                      f"{msg['active']} active", file=sys.stderr, end="\r")
-            else:
-                summary = msg
-        client.wait()
-        sampler.phase = "drain"
-        res["load_end"] = time.monotonic()
-        time.sleep(IDLE_S)  # streams still held by the proxy end, connections close
-        sampler.phase = "idle-after"
-        time.sleep(IDLE_S)
+               "ws_port": ws.port, "concurrency": args.concurrency, "seconds": seconds / 2,
+               "ws_weight": 1.0, "p_disconnect": 0.04, "p_reset": 0.04, "p_error_event": 0.03,
+               "p_status_404": 0.01}
+        res["halves"], res["clients"] = [], []
+        for half in (1, 2):
+            sampler.phase = f"load-{half}"
+            start = time.monotonic()
+            summary = run_client({**cfg, "seed": args.seed + half}, sampler, start)
+            # fit from when the load has ramped up to when the client stopped starting streams
+            t0 = summary["t0"]
+            res["halves"].append((t0 + min(30.0, seconds * 0.08), t0 + seconds / 2))
+            res["clients"].append(summary)
+            sampler.phase = "drain"
+            time.sleep(IDLE_S)  # streams the proxy still holds end, connections close
+            sampler.phase = "idle-mid" if half == 1 else "idle-after"
+            time.sleep(IDLE_S)
+        res["types_after"] = sampler.types()
         sampler.stop()
-        res["client"] = summary
         res["samples"] = sampler.samples
         res["records"] = records_summary(proxy.log_path)
-        res["proxy_stderr_tail"] = proxy.stderr()[-3000:]
+        res["proxy_log"] = log_summary(proxy.stderr())
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res["counts"] = {}
+    for c in res["clients"]:
+        for k, n in c.get("counts", {}).items():
+            res["counts"][k] = res["counts"].get(k, 0) + n
     res["analysis"] = analyse(res)
     return res
+
+
+def run_client(cfg: dict[str, Any], sampler: Sampler, start: float) -> dict[str, Any]:
+    """One half of the load: bench/soak_client.py until it reports its summary."""
+    client = subprocess.Popen([sys.executable, str(HERE / "soak_client.py")], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert client.stdin and client.stdout
+    client.stdin.write(json.dumps(cfg) + "\n")
+    client.stdin.close()
+    base = sampler.progress["done"]
+    summary: dict[str, Any] = {}
+    for line in client.stdout:
+        msg = json.loads(line)
+        if msg["type"] == "progress":
+            sampler.progress = {"done": base + msg["done"], "active": msg["active"]}
+            print(f"[soak] {msg['t'] - start:6.0f} s  {base + msg['done']} streams, "
+                  f"{msg['active']} active", file=sys.stderr, end="\r")
+        else:
+            summary = msg
+    if client.wait() != 0 or not summary:
+        raise RuntimeError("the soak client failed")
+    sampler.progress = {"done": base + summary["streams"], "active": 0}
+    return summary
 
 
 def main() -> None:
@@ -234,6 +278,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.from_json:
         res = json.loads(args.from_json.read_text())
+        res["analysis"] = analyse(res)  # the current checks, on the stored samples
     else:
         res = soak(args)
         RESULTS.mkdir(exist_ok=True)

@@ -64,6 +64,7 @@ class Kind:
     sse_errors: bool = False  # the upstream's mid-stream error event is this format's
 
 
+FAULTS = ("disconnect", "reset", "error_event", "status_404")
 GEMINI = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 KINDS: tuple[Kind, ...] = (
     Kind("openai-chat", "/v1/chat/completions", OPENAI_CHAT_FIXTURES, weight=4, sse_errors=True),
@@ -152,7 +153,8 @@ class Load:
         self.failures: list[str] = []
         self.done = 0
         self.active = 0
-        self.deadline = time.monotonic() + cfg["seconds"]
+        self.t0 = time.monotonic()  # the load starts now; it stops at `deadline`
+        self.deadline = self.t0 + cfg["seconds"]
         self.durations: list[float] = []
         self.weights = [k.weight for k in KINDS] + [cfg["ws_weight"]]
 
@@ -187,18 +189,18 @@ class Load:
                    "content-type": "application/json"}
         if kind.host:
             headers["host"] = kind.host
-        roll = rnd.random()
-        fault = ("disconnect" if roll < cfg["p_disconnect"]
-                 else "reset" if roll < cfg["p_disconnect"] + cfg["p_reset"]
-                 else "error-event" if roll < cfg["p_disconnect"] + cfg["p_reset"] + cfg["p_error"]
-                 else "status-404" if roll < cfg["p_disconnect"] + cfg["p_reset"] + cfg["p_error"] + 0.01
-                 else None)
+        roll, fault = rnd.random(), None
+        for name in FAULTS:  # each with its probability p_<name>
+            roll -= cfg[f"p_{name}"]
+            if roll < 0:
+                fault = name
+                break
         if fault == "reset" and bursts > 1:
             headers["x-fake-abort-after"] = str(rnd.randint(1, bursts - 1))
             headers["x-fake-abort"] = rnd.choice(["rst", "fin"])
-        elif fault == "error-event" and kind.sse_errors and bursts > 1:
+        elif fault == "error_event" and kind.sse_errors and bursts > 1:
             headers["x-fake-error-after"] = str(rnd.randint(1, bursts - 1))
-        elif fault == "status-404":
+        elif fault == "status_404":
             headers["x-fake-fixture"] = "no/such/fixture.sse"
         elif fault != "disconnect":
             fault = None
@@ -210,13 +212,16 @@ class Load:
         url = cfg["upstream"] + kind.path
         body = bytearray()
         async with client.stream("POST", url, content=b'{"stream": true}', headers=headers) as r:
-            if fault == "status-404":
+            if fault == "status_404":
                 await r.aread()
                 good = r.status_code == 404 and b"error" in r.content
                 self.note(kind.name, "fault-404-ok" if good else "FAIL-404", str(r.status_code))
                 return
             if r.status_code != 200:
-                self.note(kind.name, "FAIL-status", str(r.status_code))
+                await r.aread()
+                # a whole (held) response whose upstream failed: the proxy answers 502
+                ok = fault == "reset" and r.status_code == 502 and kind.name == "non-streaming"
+                self.note(kind.name, "fault-reset-502" if ok else "FAIL-status", str(r.status_code))
                 return
             try:
                 async for chunk in r.aiter_bytes():
@@ -233,9 +238,10 @@ class Load:
                 return
         if fault == "reset" and "x-fake-abort-after" in headers:
             outcome = verdict(kind, fixture, bytes(body), whole=False)
-            self.note(kind.name, "fault-reset-clean-end" if outcome == "ok" else f"FAIL-{outcome}")
+            # the upstream cut the body short: a clean end would hide that from the client
+            self.note(kind.name, "FAIL-reset-clean-end" if outcome == "ok" else f"FAIL-{outcome}")
             return
-        if fault == "error-event" and "x-fake-error-after" in headers:
+        if fault == "error_event" and "x-fake-error-after" in headers:
             outcome = verdict(kind, fixture, bytes(body), whole=False)
             has_error = b"error" in bytes(body)[-400:]
             self.note(kind.name, "fault-error-event-ok" if outcome == "ok" and has_error
@@ -324,13 +330,13 @@ async def run(cfg: dict[str, Any]) -> dict[str, Any]:
             while True:
                 await asyncio.sleep(2.0)
                 print(json.dumps({"type": "progress", "t": time.monotonic(), "done": load_.done,
-                                  "active": load_.active}), flush=True)
+                                  "active": load_.active, "t0": load_.t0}), flush=True)
 
         ticker = asyncio.create_task(progress())
         await asyncio.gather(*(load_.worker(client) for _ in range(cfg["concurrency"])))
         ticker.cancel()
     durations = sorted(load_.durations) or [0.0]
-    return {"type": "summary", "t": time.monotonic(), "streams": load_.done,
+    return {"type": "summary", "t": time.monotonic(), "t0": load_.t0, "streams": load_.done,
             "counts": dict(load_.counts), "failures": load_.failures,
             "duration_p50_s": durations[len(durations) // 2],
             "duration_p99_s": durations[int(len(durations) * 0.99)]}

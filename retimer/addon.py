@@ -98,6 +98,8 @@ class Retimer:
         self.stream_start_hooks: list[Callable[[http.HTTPFlow, StreamPacer], None]] = []
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
         self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
+        self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.safety)
+        self.holding_whole = 0  # non-streaming responses being held right now
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -171,6 +173,9 @@ class Retimer:
         gc.freeze()
 
     def done(self) -> None:
+        # streams still in flight when the proxy stops get their record too (outcome shutdown)
+        bridge.shutdown_all("shutdown")
+        self.websockets.shutdown("shutdown")
         if self.log:
             self.log.close()
 
@@ -210,10 +215,22 @@ class Retimer:
         for e in batch:
             e.due = due
         if due > now:
-            await asyncio.sleep(due - now)
+            await self._hold(due - now)
         end = time.monotonic()
         pacer.sent(batch, end)
         self._finished(flow, pacer, end, "complete")
+
+    async def _hold(self, seconds: float) -> None:
+        """Sleep, unless the proxy starts shutting down (`drain`): then the body goes at once."""
+        if self.drained is None:
+            self.drained = asyncio.Event()
+        self.holding_whole += 1
+        try:
+            await asyncio.wait_for(self.drained.wait(), seconds)
+        except TimeoutError:
+            pass
+        finally:
+            self.holding_whole -= 1
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
@@ -390,6 +407,8 @@ class Retimer:
             "strategy": str(pacer.strategy),
             "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
             "fallback": pacer.fallback,
+            "keepalives": pacer.keepalives,
+            "released_early": pacer.released_early,
             **flow.metadata.get(RECORD_KEY, {}),
             "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
         }

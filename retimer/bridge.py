@@ -12,6 +12,14 @@ WebSocket messages are paced with public hooks (dropped in `websocket_message`, 
 messages, the server's later events (more data, its close frame, a reset) wait here, so a
 close can never overtake held messages. `WebsocketLayer.handle_event` is wrapped for that.
 `check_internals()` verifies at start-up that every private name used here still exists.
+
+Faults: a client that goes away ends the stream at once (record `client-gone`; mitmproxy then
+closes the upstream connection, cancelling the request); an upstream that breaks off gets
+everything that arrived sent, then the same error (HTTP/1: no terminating chunk; h2: RST_STREAM).
+Bounds: bytes held per stream and in total are capped (`Settings`): past a cap the stream
+becomes pass-through. While bytes are held and nothing went out for `keepalive_s`, the adapter's
+keep-alive goes out (or, with `idle_release`, the next emission early). Sleeps never exceed
+MAX_SLEEP_S, so `drain()` (shutdown) is noticed within that.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run 
 WINDOW_S = 0.0005  # on waking, send everything due within this window
 LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
 LONG_SLEEP_EARLY_S = 0.0004
+MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
 
 HttpStream = http_layer.HttpStream
 SendHttp = http_layer.SendHttp
@@ -60,13 +69,26 @@ class PacingWakeup(commands.RequestWakeup):
 
 
 @dataclass(slots=True)
+class Settings:
+    """The bounds and keep-alive policy (the `retimer_*` options of `retimer.safety`)."""
+
+    max_stream_buffer: int = 16 * 2**20  # bytes one stream may keep before pass-through
+    max_total_buffer: int = 256 * 2**20  # bytes all streams together may keep
+    keepalive_s: float = 4.0  # idle time, while bytes are held, before a keep-alive (0: never)
+    idle_release: bool = False  # formats without a keep-alive: send the next emission early
+
+
+@dataclass(slots=True)
 class PacedFlow:
+    flow: http.HTTPFlow
     pacer: StreamPacer
     on_done: DoneCallback
     held_end: Any = None  # ResponseEndOfMessage waiting for the last bytes
     finished: bool = False
     warned: bool = False
     wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
+    last_send: float = 0.0  # when the client last got bytes (or the response head)
+    counted: int = 0  # this stream's share of _totals["buffered"]
 
 
 class CloseFrameScanner:
@@ -124,6 +146,9 @@ class HeldWebSocket:
 
 _paced: dict[str, PacedFlow] = {}
 _held_ws: dict[str, HeldWebSocket] = {}
+settings = Settings()
+_totals = {"buffered": 0}  # bytes kept by all paced streams
+_draining = False
 _original_handle_event: Callable[..., Any] | None = None
 _original_ws_handle_event: Callable[..., Any] | None = None
 
@@ -168,7 +193,7 @@ def pace(flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None
     """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
     if _original_handle_event is None:
         raise RuntimeError("retimer.bridge.install() was not called")
-    _paced[flow.id] = PacedFlow(pacer, on_done)
+    _paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
 
 
 def hold_websocket(flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
@@ -184,6 +209,25 @@ def release_websocket(flow: http.HTTPFlow) -> None:
 
 def active() -> int:
     return len(_paced)
+
+
+def buffered() -> int:
+    """Bytes all paced streams keep now."""
+    return _totals["buffered"]
+
+
+def drain() -> None:
+    """Shutting down: from now on every stream sends what it holds as soon as it wakes."""
+    global _draining
+    _draining = True
+
+
+def shutdown_all(outcome: str = "shutdown") -> int:
+    """Record every stream still in flight as ended with `outcome`; return how many."""
+    left = list(_paced.values())
+    for paced in left:
+        _finish(paced, outcome)
+    return len(left)
 
 
 def _ws_handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
@@ -230,7 +274,8 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
         return
     streaming = self.server_state == self.state_stream_response_body
     if isinstance(event, ResponseData) and streaming:
-        paced.pacer.feed(event.data, time.monotonic())
+        now = time.monotonic()
+        paced.pacer.feed(event.data, now)
         if not paced.warned and (failure := paced.pacer.fallback):
             paced.warned = True
             logger.warning(
@@ -238,6 +283,8 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
                 f"{self.flow.request.pretty_host} ({failure}); "
                 "passing the rest through unchanged"
             )
+        _account(paced)
+        _check_caps(self, paced, now)
         yield from _emit(self, paced)
     elif isinstance(event, ResponseEndOfMessage) and streaming:
         paced.pacer.finish(time.monotonic())
@@ -245,11 +292,12 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
         yield from _emit(self, paced)
     elif isinstance(event, ResponseProtocolError):
         # the upstream broke: the client gets everything that arrived, then the same error
-        yield from _send(self, paced, paced.pacer.pop_all(), time.monotonic())
-        _finish(self, paced, "upstream-error")
+        now = time.monotonic()
+        yield from _send(self, paced, paced.pacer.abort(now), now)
+        _finish(paced, "upstream-error")
         yield from _original_handle_event(self, event)
     elif isinstance(event, RequestProtocolError):
-        _finish(self, paced, "client-gone")
+        _finish(paced, "client-gone")
         yield from _original_handle_event(self, event)
     else:
         yield from _original_handle_event(self, event)
@@ -258,27 +306,62 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
 def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
     pacer = paced.pacer
     now = time.monotonic()
-    due = pacer.pop_due(now + WINDOW_S)
+    due = pacer.flush(now) if _draining else pacer.pop_due(now + WINDOW_S)
+    keepalive = settings.keepalive_s
+    if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
+        due = pacer.idle(now, settings.idle_release)
     if due:
         yield from _send(self, paced, due, now)
     if pacer.done:
         if paced.held_end is not None:
             end = paced.held_end
-            _finish(self, paced, "complete")
+            _finish(paced, "complete")
             assert _original_handle_event is not None
             yield from _original_handle_event(self, end)
         return
-    next_due = pacer.next_due()
-    if next_due is None:
+    wake = pacer.next_due()
+    if pacer.holding:  # bounded sleeps; keep-alive time while bytes are held
+        cap = now + MAX_SLEEP_S
+        if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
+            cap = min(cap, paced.last_send + keepalive)
+        wake = cap if wake is None else min(wake, cap)
+    if wake is None:
         return
-    if paced.wakeups and min(paced.wakeups.values()) <= next_due:
+    if paced.wakeups and min(paced.wakeups.values()) <= wake:
         return  # an earlier or equal wakeup is already on its way
-    delay = max(0.0, next_due - now - EARLY_S)
+    delay = max(0.0, wake - now - EARLY_S)
     if delay > LONG_SLEEP_S:
         delay -= LONG_SLEEP_EARLY_S  # epoll rounds up to the ms and the kernel adds slack
     cmd = PacingWakeup(delay)
-    paced.wakeups[cmd] = next_due
+    paced.wakeups[cmd] = wake
     yield cmd
+
+
+def _account(paced: PacedFlow) -> None:
+    """Keep the total of held bytes current (O(1): this stream's change only)."""
+    now_held = paced.pacer.buffered
+    _totals["buffered"] += now_held - paced.counted
+    paced.counted = now_held
+
+
+def _check_caps(self: Any, paced: PacedFlow, now: float) -> None:
+    """Past a cap the stream becomes pass-through: what it holds goes out at once."""
+    held, total = paced.counted, _totals["buffered"]
+    if paced.pacer.failure is not None:
+        return  # passing through already: nothing is held for long
+    if held > settings.max_stream_buffer:
+        reason = f"{held} bytes held > {settings.max_stream_buffer} per stream"
+    elif total > settings.max_total_buffer:
+        reason = f"{total} bytes held by all streams > {settings.max_total_buffer}"
+    else:
+        return
+    paced.pacer.release(reason, now)
+    _account(paced)
+    paced.warned = True
+    logger.warning(
+        f"retimer: the stream from {self.flow.request.pretty_host} reached the buffer cap "
+        f"({reason}); passing it through unpaced"
+    )
 
 
 def _send(
@@ -291,12 +374,18 @@ def _send(
         self.response_body_buf += data
     yield SendHttp(ResponseData(self.stream_id, data), self.context.client)
     paced.pacer.sent(batch, now)
+    paced.last_send = now
+    _account(paced)
 
 
-def _finish(self: Any, paced: PacedFlow, outcome: str) -> None:
+def _finish(paced: PacedFlow, outcome: str) -> None:
+    if paced.finished:
+        return
     paced.finished = True
-    _paced.pop(self.flow.id, None)
+    _paced.pop(paced.flow.id, None)
+    _totals["buffered"] -= paced.counted
+    paced.counted = 0
     try:
-        paced.on_done(self.flow, paced.pacer, time.monotonic(), outcome)
+        paced.on_done(paced.flow, paced.pacer, time.monotonic(), outcome)
     except Exception:  # a broken record must never break the stream
         logger.exception("retimer: recording a finished stream failed")

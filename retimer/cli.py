@@ -67,6 +67,10 @@ def _proxy_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", metavar="URL", default="",
                    help="reverse mode: serve plain HTTP as this API (e.g. https://api.openai.com); "
                    "clients set their base URL to retimer, no proxy or CA needed")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a --listen-host other machines can reach (needs --proxy-auth)")
+    p.add_argument("--proxy-auth", metavar="USER:PASS", default="",
+                   help="require these proxy credentials (mitmproxy's proxyauth)")
     return p
 
 
@@ -86,6 +90,21 @@ def main(argv: list[str] | None = None) -> None:
         from . import browser_cmd
 
         browser_cmd.main(argv[1:])
+        return
+    if argv and argv[0] == "study":
+        from . import study_cmd
+
+        study_cmd.main(argv[1:])
+        return
+    if argv and argv[0] == "export":
+        from . import export
+
+        export.main(argv[1:])
+        return
+    if argv and argv[0] in ("fit", "report"):
+        from . import fit_cmd, report_cmd
+
+        (fit_cmd if argv[0] == "fit" else report_cmd).main(argv[1:])
         return
     args = _proxy_parser().parse_args(argv)
     try:
@@ -194,13 +213,20 @@ def build_proxy(
     m.addons.add(*default_addons())
     m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
     addon = Retimer()
-    view = LiveView(out=out, interactive=interactive, active=addon.snapshot)
+    study = getattr(args, "study", "")  # `retimer study`: the view must not show conditions
+    view = LiveView(out=out, interactive=interactive, active=addon.snapshot, blind=bool(study))
     if not args.quiet:
         addon.listeners.append(view)
     try:
         m.addons.add(addon)
+        from .safety import Safety
+
+        m.addons.add(Safety(addon))  # bounds, keep-alives, graceful shutdown
     except InternalsMissing as e:
         fail(str(e), 1)
+    from .study_addon import Study
+
+    m.addons.add(Study(addon))  # before the cache: it answers the rating page itself
     m.addons.add(ResponseCache(addon))
     m.addons.add(PacServer())
     confdir = confdir_of(args)
@@ -225,12 +251,22 @@ def build_proxy(
         "retimer_strategy": args.strategy,
         "retimer_cache": args.cache,
         "retimer_cache_max_mb": args.cache_max_mb,
+        "retimer_study": study,
+        "retimer_participant": getattr(args, "participant", ""),
     }
     if args.upstream:
         updates["mode"] = [f"reverse:{args.upstream}"]
     try:
         opts.update(**updates)
         opts.set(*args.sets)
+        from .security import exposure_error, proxy_auth_error
+
+        if auth := getattr(args, "proxy_auth", ""):
+            if err := proxy_auth_error(auth):
+                fail(err)
+            opts.update(proxyauth=auth)
+        if err := exposure_error(opts, getattr(args, "allow_remote", False)):
+            fail(err)
     except exceptions.OptionsError as e:
         fail(str(e).splitlines()[0] if str(e) else "invalid option")
     return m, addon, view
@@ -238,10 +274,13 @@ def build_proxy(
 
 async def serve(m: Any, view: Any) -> None:
     """Run the master until SIGINT/SIGTERM or m.shutdown(), with the live view around it."""
+    from .safety import quiet_exit, shutdown_gracefully
+
     loop = asyncio.get_running_loop()
+    quiet_exit(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         try:
-            loop.add_signal_handler(sig, m.shutdown)
+            loop.add_signal_handler(sig, shutdown_gracefully, m)
         except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
             pass
     view.start()
@@ -290,15 +329,19 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
     if args.listen_host not in ("127.0.0.1", "localhost", "::1"):
         console.print(
             f"  [bold red]warning[/bold red]: {args.listen_host} is reachable from other machines; "
-            "anyone who can reach it can use this proxy"
+            "anyone with the proxy credentials can use this proxy"
         )
-    console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+    if getattr(args, "study_banner", None):  # blinded: no profile, seed or timing lines
+        for line in args.study_banner:
+            console.print(line, markup=False)
+    else:
+        console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
     extras = [f"strategy {args.strategy}"] if args.strategy != "live" else []
     if profile.speed != 1:
         extras.append(f"speed {profile.speed:g}x")
     if args.cache:
         extras.append(f"cache {Path(args.cache).expanduser()}")
-    if extras:
+    if extras and not getattr(args, "study_banner", None):
         console.print(f"  timing   {', '.join(extras)}")
     if args.upstream:
         from .launch_env import proxy_url

@@ -4,10 +4,22 @@ TTFT: request reached the proxy -> first token (any channel). TTFAT: -> first an
 Output rate: (N-1) / (t_last - t_first) over tokens (Artificial Analysis, AIPerf); tokens that
 leave in one network event share its time. Tokens are counted with retimer's built-in splitter
 (`retimer.tokenizer`), which the records name.
+
+Traces: every record keeps both sides' network events (`trace`), so a recording can be fitted
+(`retimer fit`) and drawn (`retimer report`) later. Per side, `t` holds event times in units
+of `unit_ms` (0.01 ms): the first from the request start, each further one as the delta from
+the previous (deltas keep the numbers small); `n` holds the tokens each event carried; the
+emitted side adds `due`, the times the profile scheduled (same encoding): the target schedule.
+Size is bounded: a side with more than TRACE_MAX_EVENTS events keeps its first
+TRACE_EXACT_EVENTS one per entry (`exact` says how many) and merges the rest into groups of
+consecutive events (each at its last event's time, with their tokens summed), so a side holds
+at most TRACE_MAX_EVENTS entries (some 30 KB of JSON at worst), and the first token, the last
+token and the token total stay exact. `events` then gives the number of events before merging.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +30,9 @@ import numpy.ma  # noqa: F401  np.percentile imports it lazily: ~60-90 ms on the
 from .protocols.base import Channel
 
 TOKEN_COUNTER = "retimer-bpe-approx-v1"
+TRACE_UNIT_MS = 0.01  # 10 us: gaps of fast profiles (2000 tok/s: 0.5 ms) keep their shape
+TRACE_MAX_EVENTS = 2000
+TRACE_EXACT_EVENTS = 1000
 
 
 @dataclass(slots=True)
@@ -30,6 +45,7 @@ class Side:
     tokens: int = 0
     by_channel: dict[str, int] = field(default_factory=dict)
     event_times: list[float] = field(default_factory=list)
+    event_tokens: list[int] = field(default_factory=list)
 
     def add(self, t: float, n: int, channel: Channel | None) -> None:
         if self.first is None:
@@ -41,6 +57,7 @@ class Side:
         key = str(channel) if channel else "other"
         self.by_channel[key] = self.by_channel.get(key, 0) + n
         self.event_times.append(t)
+        self.event_tokens.append(n)
 
     def summary(self, start: float, end: float | None) -> dict[str, Any]:
         def ms(t: float | None) -> float | None:
@@ -104,4 +121,67 @@ class StreamStats:
             "emitted": self.emitted_side.summary(self.start, end),
             "lateness_ms": self.lateness_ms(),
             "token_counter": TOKEN_COUNTER,
+            "trace": self.trace(),
         }
+
+    def trace(self) -> dict[str, Any]:
+        """Both sides' events, compact and bounded (see the module docstring)."""
+        up, em = self.upstream, self.emitted_side
+        k = min(len(em.event_times), len(self.lateness))
+        dues = np.asarray(em.event_times[:k]) - np.asarray(self.lateness[:k])
+        return {
+            "unit_ms": TRACE_UNIT_MS,
+            "upstream": encode_side(up.event_times, up.event_tokens, self.start),
+            "emitted": encode_side(em.event_times, em.event_tokens, self.start, dues),
+        }
+
+
+def _units(times: np.ndarray, start: float) -> np.ndarray:
+    """Absolute times as whole trace units since `start`, then as deltas."""
+    ticks = np.rint((times - start) * (1000.0 / TRACE_UNIT_MS)).astype(np.int64)
+    return np.diff(ticks, prepend=0)
+
+
+def encode_side(
+    times: Sequence[float], tokens: Sequence[int], start: float,
+    dues: Sequence[float] | np.ndarray | None = None,
+    max_events: int = TRACE_MAX_EVENTS, exact: int = TRACE_EXACT_EVENTS,
+) -> dict[str, Any]:
+    """One side of a trace: event times (monotonic seconds) and tokens, merged past the bound."""
+    k = min(len(times), len(tokens))
+    t = np.asarray(times[:k], dtype=np.float64)
+    d = np.asarray(dues[:k], dtype=np.float64) if dues is not None else None
+    out: dict[str, Any] = {}
+    counts: list[int] = list(tokens[:k])  # a plain copy: the live view rebuilds this 4x a second
+    if k > max_events:
+        n = np.asarray(counts, dtype=np.int64)
+        exact = min(exact, max_events - 1)
+        group = -(-(k - exact) // (max_events - exact))  # ceil: tail groups of this many events
+        ends = np.r_[np.arange(exact), np.arange(exact + group - 1, k, group)]
+        if ends[-1] != k - 1:
+            ends = np.r_[ends, k - 1]
+        sums = np.cumsum(n)[ends]
+        counts = np.diff(sums, prepend=0).tolist()
+        t = t[ends]
+        d = d[ends] if d is not None else None
+        out.update(exact=int(exact), events=int(k))
+    out["t"] = _units(t, start).tolist()
+    out["n"] = counts
+    if d is not None:
+        out["due"] = _units(d, start).tolist()
+    return out
+
+
+def decode_side(side: dict[str, Any] | None, unit_ms: float = TRACE_UNIT_MS,
+                key: str = "t") -> tuple[np.ndarray, np.ndarray]:
+    """(event times in ms from the request start, tokens per event) of one encoded side;
+    key="due" gives the scheduled times instead. Empty arrays when absent or malformed."""
+    if not isinstance(side, dict):
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    try:
+        t = np.cumsum(np.asarray(side.get(key) or [], dtype=np.float64)) * float(unit_ms)
+        n = np.asarray(side.get("n") or [], dtype=np.int64)
+    except (TypeError, ValueError):
+        return np.zeros(0), np.zeros(0, dtype=np.int64)
+    k = min(len(t), len(n))
+    return t[:k], n[:k]

@@ -4,6 +4,11 @@ The pacer parses with a protocol adapter, cuts token text into BPE-like pieces, 
 consecutive tokens into network events of the profile's size (splitting upstream events where
 a group ends inside one), and gives each group the due time of its last token. Groups and
 non-token events stay in upstream order; the caller pops what is due and reports when it went.
+
+Faults and bounds are decided here too, without I/O: `abort` gives everything that arrived when
+the upstream broke, `release` turns the stream into pass-through (a buffer cap was reached),
+`buffered` says how many bytes the stream keeps, and `idle` says what may keep a client's
+connection alive while bytes are held (the adapter's keep-alive, or the next emission early).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from .protocols.base import Adapter, Channel, Event
 from .scheduler import PassthroughScheduler, Scheduler, StreamTiming
 from .strategy import SmoothPlan, Strategy
 from .tokenizer import split_tokens
+
+CAP_PREFIX = "buffer cap"  # how a `release` reason for a reached buffer cap begins
 
 
 @dataclass(slots=True)
@@ -56,6 +63,11 @@ class StreamPacer:
         )
         self.stats = StreamStats(start=start, target_ttft=timing.ttft)
         self._queue: deque[Emission] = deque()
+        self._queued_bytes = 0  # bytes in _queue and _open: scheduled, not yet popped
+        self._head = b""  # the first decoded bytes (a BOM there makes keep-alives unsafe)
+        self._sent_any = False
+        self.keepalives = 0  # keep-alive comments sent while bytes were held
+        self.released_early = 0  # emissions sent before their time to keep a client alive
         self._last_due = start
         self._finished = False
         # the open network event: tokens gathered until the profile's chunk size is reached
@@ -85,6 +97,8 @@ class StreamPacer:
                 self._fail_open(e, now)
         if self.captured is not None:
             self.captured += data
+        if len(self._head) < 3:
+            self._head += data[: 3 - len(self._head)]
         if self.failure is None:
             try:
                 self._unparsed += data
@@ -119,6 +133,79 @@ class StreamPacer:
             self._push(Emission(now, bytes(self._unparsed), 0, None))
         self._unparsed.clear()
 
+    def release(self, reason: str, now: float) -> None:
+        """Stop pacing (a buffer cap was reached: `reason` says which): everything held is due
+        now, the rest passes as it comes, and the cache's copy is dropped (no entry is kept)."""
+        if self.failure is None:
+            self._fail_open(RuntimeError(), now)
+            self.failure = f"{CAP_PREFIX}: {reason}"
+        for e in self._queue:
+            e.due = min(e.due, now)
+        self._last_due = min(self._last_due, now)
+        self.captured = None
+
+    def abort(self, now: float) -> list[Emission]:
+        """The upstream broke off: everything that arrived, in order, to send at once (held
+        events, then a trailing partial event verbatim). The stream is over after this."""
+        if not self._finished:
+            self._finished = True
+            if self.failure is None:
+                try:
+                    self._release(now)
+                except Exception as e:
+                    self._fail_open(e, now)
+            self._close_open()
+            if self._unparsed:
+                self._push(Emission(now, bytes(self._unparsed), 0, None))
+                self._unparsed.clear()
+        return self.pop_all()
+
+    def flush(self, now: float) -> list[Emission]:
+        """Everything scheduled or held, now (the proxy is shutting down); a partial event
+        stays until it completes. Later events are scheduled as they come: call again."""
+        if self.failure is None:
+            try:
+                self._release(now)
+            except Exception as e:
+                self._fail_open(e, now)
+        return self.pop_all()
+
+    # -- bounds and keep-alives ------------------------------------------------------------
+    @property
+    def buffered(self) -> int:
+        """Bytes this stream keeps: received and not yet popped, plus the cache's copy."""
+        captured = len(self.captured) if self.captured is not None else 0
+        return self._queued_bytes + len(self._unparsed) + captured
+
+    @property
+    def holding(self) -> bool:
+        """Bytes have arrived that the client has not been given yet."""
+        return bool(self._queue or self._open or self._unparsed)
+
+    def idle(self, now: float, release: bool = False) -> list[Emission]:
+        """The client has had nothing for a while and bytes are held: keep it alive.
+
+        The adapter's keep-alive (an SSE comment) when the format has one and it is safe here
+        (parsing intact, and not before a leading BOM); else, with `release`, the next held
+        emission early. [] when neither applies.
+        """
+        if not self.holding:
+            return []
+        data = self.adapter.keepalive() if self.fallback is None else None
+        if data is not None and (self._sent_any or not self._head.startswith(b"\xef\xbb")):
+            self.keepalives += 1
+            return [Emission(now, data, 0, None)]
+        if not release:
+            return []
+        if not self._queue:
+            self._close_open()
+        if not self._queue:
+            return []
+        self.released_early += 1
+        e = self._queue.popleft()
+        self._queued_bytes -= len(e.data)
+        return [e]
+
     @property
     def fallback(self) -> str | None:
         """Why (part of) the stream went through unparsed, by the pacer or the adapter."""
@@ -141,17 +228,22 @@ class StreamPacer:
         if not queue and self._open and self._open_due <= until:
             self._close_open()
         while queue and queue[0].due <= until:
-            out.append(queue.popleft())
+            e = queue.popleft()
+            self._queued_bytes -= len(e.data)
+            out.append(e)
         return out
 
     def pop_all(self) -> list[Emission]:
         self._close_open()
         out = list(self._queue)
         self._queue.clear()
+        self._queued_bytes = 0
         return out
 
     def sent(self, emissions: list[Emission], now: float) -> None:
         """The caller wrote `emissions` to the client at `now`."""
+        if emissions:
+            self._sent_any = True
         for e in emissions:
             if e.tokens:
                 self.stats.emitted(now, e.tokens, e.channel, e.due)
@@ -238,6 +330,7 @@ class StreamPacer:
         datas = [event.raw] if len(pieces) == 1 else self.adapter.split(event, pieces)
         for data, n, close, due in zip(datas, piece_tokens, closes, dues, strict=True):
             self._open.append(data)
+            self._queued_bytes += len(data)
             self._open_tokens += n
             self._open_due = due
             self._open_channel = channel
@@ -259,6 +352,7 @@ class StreamPacer:
         if not self._open:
             return
         data = self._open[0] if len(self._open) == 1 else b"".join(self._open)
+        self._queued_bytes -= len(data)  # counted while open; _push counts it again
         self._push(Emission(self._open_due, data, self._open_tokens, self._open_channel))
         self._open = []
         self._open_tokens = 0
@@ -271,3 +365,4 @@ class StreamPacer:
             emission.due = self._last_due  # keep upstream order
         self._last_due = emission.due
         self._queue.append(emission)
+        self._queued_bytes += len(emission.data)

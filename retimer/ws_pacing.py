@@ -56,6 +56,7 @@ class WebSocketPacing:
         self._new_pacer = new_pacer
         self._on_done = on_done
         self.sockets: dict[str, PacedWebSocket] = {}
+        self.draining = False  # shutting down: held messages go out at once
 
     def start(self, flow: http.HTTPFlow) -> None:
         ws = PacedWebSocket(flow)
@@ -83,7 +84,21 @@ class WebSocketPacing:
         turn.pacer.feed(encode_message(message.content, is_text=message.is_text), now)
         self._schedule(ws, now)
 
-    def end(self, flow: http.HTTPFlow) -> None:
+    def drain(self) -> None:
+        """The proxy is shutting down: every held message goes out now, later ones at once."""
+        self.draining = True
+        for ws in list(self.sockets.values()):
+            if ws.timer is not None:
+                ws.timer.cancel()
+                ws.timer = None
+            self._emit(ws)
+
+    def shutdown(self, outcome: str) -> None:
+        """Record every open WebSocket's turns as ended with `outcome` (the proxy stops)."""
+        for ws in list(self.sockets.values()):
+            self.end(ws.flow, outcome)
+
+    def end(self, flow: http.HTTPFlow, outcome: str | None = None) -> None:
         ws = self.sockets.pop(flow.id, None)
         bridge.release_websocket(flow)
         if ws is None:
@@ -98,8 +113,8 @@ class WebSocketPacing:
             left = turn.pacer.pop_all()
             lost += len(left)
             if turn.pacer.stats.upstream.tokens:
-                self._on_done(flow, turn.pacer, now, "client-gone" if left else "complete",
-                              turn.index)
+                ended = outcome or ("client-gone" if left else "complete")
+                self._on_done(flow, turn.pacer, now, ended, turn.index)
         if lost:
             closed_by = "client" if flow.websocket and flow.websocket.closed_by_client else "peer"
             logger.info(f"retimer: WebSocket closed by the {closed_by} with {lost} message(s) held")
@@ -124,7 +139,7 @@ class WebSocketPacing:
             if ws.timer_due <= due:
                 return
             ws.timer.cancel()
-        delay = max(0.0, due - now - bridge.EARLY_S)
+        delay = 0.0 if self.draining else max(0.0, due - now - bridge.EARLY_S)
         ws.timer_due = due
         ws.timer = asyncio.get_running_loop().call_later(delay, self._emit, ws)
 
@@ -136,7 +151,8 @@ class WebSocketPacing:
         for turn in ws.turns:
             if turn.pacer.next_due() is None:
                 continue  # earlier turns are drained: later ones may send
-            batch = turn.pacer.pop_due(now + bridge.WINDOW_S)
+            batch = (turn.pacer.flush(now) if self.draining
+                     else turn.pacer.pop_due(now + bridge.WINDOW_S))
             for emission in batch:
                 for payload, is_text in decode_messages(emission.data):
                     ws.in_flight += 1

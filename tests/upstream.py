@@ -9,6 +9,11 @@ Routes (query strings ignored for routing):
 A request header `x-fake-fixture: <path under tests/fixtures/streams>` streams that file instead,
 on any route. The delivery plan can be overridden per request with `x-fake-bursts`,
 `x-fake-burst-gap`, `x-fake-event-gap`, `x-fake-gzip` (0/1) and `x-fake-close` (0/1).
+Faults, per request: `x-fake-abort-after: N` cuts the connection after N body pieces
+(`x-fake-abort: rst` resets it, `fin` closes it; either way no end of message), `x-fake-error-after: N`
+sends the API's error event after N pieces and ends cleanly, `x-fake-forever: 1` drips endless
+OpenAI Chat chunks after the body's first event. A client that goes away mid-stream is noticed at
+once (`Served.peer_closed`) and the stream stops, as a real server would.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ import itertools
 import json
 import re
 import shutil
+import socket
 import ssl
+import struct
 import tempfile
 import threading
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -185,6 +193,8 @@ class Served:
     response_body: bytes = b""  # decoded (pre-gzip) body the server meant to send
     writes: list[Write] = field(default_factory=list)
     done: bool = False  # set just before the end of the response goes out
+    peer_closed: float | None = None  # monotonic time the client went away mid-response
+    aborted: bool = False  # the server cut the connection on purpose (x-fake-abort-after)
 
 
 class FakeLLM:
@@ -338,7 +348,7 @@ class FakeLLM:
                     else:  # ConnectionClosed
                         return
                 assert req is not None
-                keep = await self._respond(conn, writer, conn_id, req, bytes(body))
+                keep = await self._respond(conn, writer, conn_id, req, bytes(body), reader)
                 if not keep or conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     return
                 conn.start_next_cycle()
@@ -351,7 +361,8 @@ class FakeLLM:
             writer.close()
 
     async def _respond(self, conn: h11.Connection, writer: asyncio.StreamWriter, conn_id: int,
-                       req: h11.Request, body: bytes) -> bool:
+                       req: h11.Request, body: bytes,
+                       reader: asyncio.StreamReader | None = None) -> bool:
         """Answer one request; return False if the connection must close afterwards."""
         target = req.target.decode("latin-1")
         split = urlsplit(target)
@@ -379,7 +390,13 @@ class FakeLLM:
         with self._lock:
             self._served.append(rec)
         if stream is not None:
-            await self._stream(conn, writer, rec, headers, stream, ctype)
+            watch = asyncio.ensure_future(self._watch_peer(conn, reader, rec)) if reader else None
+            try:
+                await self._stream(conn, writer, rec, headers, stream, ctype, watch)
+            finally:
+                if watch is not None:
+                    watch.cancel()
+                    await asyncio.gather(watch, return_exceptions=True)  # its read is over
             return not self._opt(headers, "x-fake-close", self.close)
 
         if route == "slow":
@@ -404,8 +421,20 @@ class FakeLLM:
     def _opt(headers: dict[str, str], name: str, default: bool) -> bool:
         return headers[name] not in ("0", "false", "") if name in headers else default
 
+    @staticmethod
+    async def _watch_peer(conn: h11.Connection, reader: asyncio.StreamReader, rec: Served) -> None:
+        """Notice the client leaving mid-response (bytes it sends meanwhile go to h11)."""
+        try:
+            while data := await reader.read(65536):
+                conn.receive_data(data)
+        except (ConnectionError, ssl.SSLError):
+            pass
+        if not rec.done:
+            rec.peer_closed = time.monotonic()
+
     async def _stream(self, conn: h11.Connection, writer: asyncio.StreamWriter, rec: Served,
-                      headers: dict[str, str], body: bytes, ctype: str) -> None:
+                      headers: dict[str, str], body: bytes, ctype: str,
+                      watch: asyncio.Future | None = None) -> None:
         event_gap = (float(headers["x-fake-event-gap"]) if "x-fake-event-gap" in headers
                      else self.per_event_gap)
         gap = float(headers.get("x-fake-burst-gap", self.burst_gap))
@@ -413,7 +442,13 @@ class FakeLLM:
             pieces, gap = split_events(body), event_gap
         else:
             pieces = split_bursts(body, int(headers.get("x-fake-bursts", self.bursts)))
-        use_gzip = self._opt(headers, "x-fake-gzip", self.gzip)
+        abort_after = int(headers.get("x-fake-abort-after", -1))
+        error_after = int(headers.get("x-fake-error-after", -1))
+        if error_after >= 0:
+            pieces = [*pieces[:error_after], _error_event(rec.path)]
+        forever = self._opt(headers, "x-fake-forever", False)
+        plan = itertools.chain(pieces[:1], _endless_openai()) if forever else iter(pieces)
+        use_gzip = self._opt(headers, "x-fake-gzip", self.gzip) and not forever
         close = self._opt(headers, "x-fake-close", self.close)
         rec.response_body = body
         hdrs = [("content-type", ctype), ("cache-control", "no-cache")]
@@ -429,9 +464,18 @@ class FakeLLM:
         if self.first_delay:
             await asyncio.sleep(self.first_delay)
         gz = zlib.compressobj(wbits=31) if use_gzip else None
-        for i, piece in enumerate(pieces):
+        for i, piece in enumerate(plan):
             if i and gap:
-                await asyncio.sleep(gap)
+                if watch is not None:
+                    await asyncio.wait({watch}, timeout=gap)
+                else:
+                    await asyncio.sleep(gap)
+            if watch is not None and watch.done():
+                raise ConnectionResetError("the client went away mid-stream")
+            if i == abort_after:
+                rec.aborted = True
+                _cut(writer, headers.get("x-fake-abort", "rst"))
+                return
             data = piece
             if gz:
                 data = gz.compress(piece) + (gz.flush() if i == len(pieces) - 1
@@ -440,6 +484,11 @@ class FakeLLM:
             await writer.drain()
             with self._lock:
                 rec.writes.append(Write(len(piece), time.monotonic(), time.time()))
+        if abort_after >= 0:  # fewer pieces than N: cut after the last one
+            await asyncio.sleep(gap)  # let the peer read them first (a reset drops unread data)
+            rec.aborted = True
+            _cut(writer, headers.get("x-fake-abort", "rst"))
+            return
         self._finish(rec)
         if not close:
             writer.write(conn.send(h11.EndOfMessage()) or b"")
@@ -449,3 +498,33 @@ class FakeLLM:
         with self._done:
             rec.done = True
             self._done.notify_all()
+
+
+def _error_event(path: str) -> bytes:
+    """The error event the API sends mid-stream (Anthropic's named event, else OpenAI's)."""
+    if path.endswith("/v1/messages"):
+        err = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        return f"event: error\ndata: {_j(err)}\n\n".encode()
+    err = {"error": {"message": "The server had an error while processing your request.",
+                     "type": "server_error", "param": None, "code": None}}
+    return f"data: {_j(err)}\n\n".encode()
+
+
+def _endless_openai() -> Iterator[bytes]:
+    """OpenAI Chat content chunks, forever: an upstream that never ends."""
+    head = {"id": "chatcmpl-forever", "object": "chat.completion.chunk", "created": 1727346168,
+            "model": "gpt-test"}
+    for i in itertools.count():
+        delta = {"content": f"drip {i} "}
+        yield f"data: {_j({**head, 'choices': [{'index': 0, 'delta': delta}]})}\n\n".encode()
+
+
+def _cut(writer: asyncio.StreamWriter, kind: str) -> None:
+    """End the connection mid-body: `rst` resets it (SO_LINGER 0), `fin` closes it."""
+    if kind == "rst":
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+    else:
+        writer.transport.close()

@@ -11,13 +11,16 @@ from .base import Adapter, Channel, Event, RequestShape
 from .bedrock import BedrockEventStreamAdapter
 from .chatgpt_web import ChatGPTWebAdapter
 from .claude_web import ClaudeWebAdapter
+from .cohere_chat import CohereChatAdapter
 from .deepseek_web import DeepSeekWebAdapter
+from .gemini_interactions import GeminiInteractionsAdapter
 from .gemini_json import GeminiJSONArrayAdapter
 from .gemini_sse import GeminiSSEAdapter
 from .gemini_web import GeminiWebAdapter
 from .generic import GenericStreamAdapter
 from .ollama import OllamaAdapter
 from .openai_chat import OpenAIChatAdapter
+from .openai_completions import OpenAICompletionsAdapter
 from .openai_responses import OpenAIResponsesAdapter
 from .tgi import TGIGenerateStreamAdapter
 from .zai_web import ZaiWebAdapter
@@ -30,14 +33,17 @@ __all__ = [
     "ChatGPTWebAdapter",
     "Channel",
     "ClaudeWebAdapter",
+    "CohereChatAdapter",
     "DeepSeekWebAdapter",
     "Event",
+    "GeminiInteractionsAdapter",
     "GeminiJSONArrayAdapter",
     "GeminiSSEAdapter",
     "GeminiWebAdapter",
     "GenericStreamAdapter",
     "OllamaAdapter",
     "OpenAIChatAdapter",
+    "OpenAICompletionsAdapter",
     "OpenAIResponsesAdapter",
     "RequestShape",
     "TGIGenerateStreamAdapter",
@@ -48,11 +54,14 @@ __all__ = [
 ADAPTERS: tuple[type[Adapter], ...] = (
     ZaiWebAdapter,  # chat.z.ai only; its path also looks like OpenAI Chat
     OpenAIChatAdapter,
+    OpenAICompletionsAdapter,  # /completions but not /chat/completions
     ClaudeWebAdapter,  # claude.ai's completion paths; Anthropic-like events
     AnthropicMessagesAdapter,
     OpenAIResponsesAdapter,
+    CohereChatAdapter,
     OllamaAdapter,
     GeminiSSEAdapter,
+    GeminiInteractionsAdapter,
     GeminiJSONArrayAdapter,
     GeminiWebAdapter,
     ChatGPTWebAdapter,

@@ -79,6 +79,12 @@ class Adapter(ABC):
     def end(self) -> list[Event]:
         """The upstream ended: return what is left (a trailing partial event goes out verbatim)."""
 
+    def keepalive(self) -> bytes | None:
+        """Bytes every client of this format ignores, valid between two events, that keep an
+        idle connection alive (an SSE comment); None when the format has none (JSON arrays,
+        NDJSON, binary frames)."""
+        return None
+
     @property
     def failure(self) -> str | None:
         """Why the adapter gave up parsing and passes the rest through itself (None: it did not)."""

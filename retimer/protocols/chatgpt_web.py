@@ -61,6 +61,9 @@ _THOUGHTS = "/message/content/thoughts"
 _EVENT_KEYS = frozenset({"p", "o", "v", "c"})  # a splittable event has no other keys
 _ITEM_KEYS = frozenset({"p", "o", "v"})  # nor a splittable patch item
 _DELTA_KEYS = frozenset({"p", "o", "v"})  # an untyped object with any of them is a delta
+# a legacy split repeats the text so far in every piece: an event whose new text's length
+# times its size passes this is sent whole (a 64 KB jump would otherwise become ~130 MB)
+_MAX_SPLIT_OUTPUT = 32 << 20
 _CONTEXT_OPS = {"/message/recipient": "recipient", "/message/channel": "channel",
                 "/message/content/content_type": "content_type"}
 
@@ -241,7 +244,8 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
         new = text[len(prev) if extends else len(os.path.commonprefix([prev, text])):]
         if not new:
             return Event(raw=sse.raw)
-        if not extends or message.get("status") not in ("in_progress", None):
+        if (not extends or message.get("status") not in ("in_progress", None)
+                or len(new) * len(sse.raw) > _MAX_SPLIT_OUTPUT):
             return Event(raw=sse.raw, texts=((channel, new),), atomic=True)
         return Event(raw=sse.raw, texts=((channel, new),), payload=_Cumulative(sse, obj, prev))
 

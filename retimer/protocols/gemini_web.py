@@ -58,6 +58,9 @@ _LITERAL_TOKEN = re.compile(
     re.S,
 )
 _DECODER = json.JSONDecoder()
+# each piece of a split repeats the text so far: a frame whose new text's length times its
+# size passes this is sent whole (a 64 KB jump would otherwise become ~130 MB of pieces)
+_MAX_SPLIT_OUTPUT = 32 << 20
 
 
 class _Malformed(Exception):
@@ -224,7 +227,7 @@ class GeminiWebAdapter(Adapter):
         if not texts:
             return Event(raw=raw)
         payload = None
-        if len(texts) == 1 and not atomic:
+        if len(texts) == 1 and not atomic and len(texts[0][1]) * len(raw) <= _MAX_SPLIT_OUTPUT:
             path, base = grown[0]
             payload = _target(raw, lead, body, js, je, (0, 2), (4, 0, *path), base)
         return Event(raw=raw, texts=tuple(texts), payload=payload, atomic=payload is None)

@@ -86,7 +86,7 @@ class GenericStreamAdapter(Adapter):
             stripped = self._pending.lstrip(b" \t\r\n")
             if stripped.startswith(b"\xef\xbb\xbf"):
                 stripped = stripped[3:]
-            if not stripped:
+            if not stripped or b"\xef\xbb\xbf".startswith(stripped):  # a BOM cut short: wait
                 return []
             self._framing = "ndjson" if stripped[:1] in (b"{", b"[") else "sse"
             data = bytes(self._pending)
@@ -107,6 +107,10 @@ class GenericStreamAdapter(Adapter):
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         raise ValueError("the generic adapter never splits events")
 
+    def keepalive(self) -> bytes | None:
+        """An SSE comment once the stream is known to be SSE; NDJSON has no ignorable line."""
+        return b": keep-alive\n\n" if self._framing == "sse" else None
+
     # -- estimates -----------------------------------------------------------------------
     def _sse_event(self, sse: SSEEvent) -> Event:
         if not sse.complete or not sse.data or (sse.event and _SKIP_EVENT.search(sse.event)):
@@ -125,7 +129,7 @@ class GenericStreamAdapter(Adapter):
         return Event(raw=raw, texts=((Channel.TEXT, estimate),), atomic=True)
 
     def _estimate(self, data: str) -> str:
-        stripped = data.strip()
+        stripped = data.lstrip("\ufeff").strip()  # an NDJSON body's BOM stays on its first line
         if not stripped or stripped == "[DONE]":
             return ""
         if stripped[0] in "{[\"":

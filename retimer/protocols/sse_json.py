@@ -16,6 +16,9 @@ from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
 from .base import Adapter, Event, RequestShape, check_split
 
 
+SSE_KEEPALIVE = b": keep-alive\n\n"
+
+
 class SplitTarget(Protocol):
     """An adapter's record of a splittable event: at least the SSE event it came from."""
 
@@ -35,6 +38,10 @@ class SSEJSONAdapter(Adapter):
     def end(self) -> list[Event]:
         """Return what is left; an unterminated trailing event is passed on as is."""
         return [self._event(sse) for sse in self._parser.end()]
+
+    def keepalive(self) -> bytes | None:
+        """An SSE comment line: parsers drop it without dispatching an event."""
+        return SSE_KEEPALIVE
 
     def _event(self, sse: SSEEvent) -> Event:
         """Decode the JSON payload; anything malformed becomes a non-token event."""

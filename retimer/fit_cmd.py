@@ -1,0 +1,95 @@
+"""`retimer fit LOG.jsonl [--name NAME] > profile.yaml`: a profile from recorded upstream traffic.
+
+The YAML goes to stdout (or -o FILE) only after retimer's own profile loader accepted it, so
+what `fit` prints, `retimer --profile` takes. A one-line summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import NoReturn
+
+from .fit import SLUG, FitError, fit_streams, slug, streams_from, to_yaml
+from .logread import LogError, describe_filters, parse_since, read_log, select
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"retimer fit: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see retimer fit --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="retimer fit",
+                description="Fit a speed profile to the upstream traffic recorded with --log.")
+    p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
+    p.add_argument("--name", default="", help="the profile's name (default: from the log's name)")
+    p.add_argument("--output", "-o", metavar="FILE", default="",
+                   help="write the YAML here instead of stdout")
+    add_filters(p)
+    return p
+
+
+def add_filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--protocol", default="", metavar="NAMES",
+                   help="only these protocols, comma-separated (e.g. openai-chat)")
+    p.add_argument("--host", default="", metavar="TEXT", help="only URLs containing TEXT")
+    p.add_argument("--since", default="", metavar="WHEN",
+                   help="only records from WHEN on: 2026-11-30, 2026-11-30T14:00, or an age: 2h")
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    name = args.name or f"fitted-{slug(Path(args.log).stem)}"
+    if not SLUG.fullmatch(name):
+        _fail(f"--name must be a lowercase name of a-z 0-9 . _ -, got {args.name!r}")
+    try:
+        since = parse_since(args.since) if args.since else None
+        log = read_log(args.log)
+    except LogError as e:
+        _fail(str(e))
+    chosen = select(log.records, args.protocol, args.host, since)
+    filters = describe_filters(args.protocol, args.host, args.since)
+    if not chosen:
+        what = f" matching {filters}" if filters else ""
+        _fail(f"{args.log}: no records{what} ({len(log.records)} records in the file)")
+    streams, skipped = streams_from(chosen)
+    try:
+        fit = fit_streams(streams)
+    except FitError as e:
+        left = ", ".join(f"{r} {c}" for r, c in sorted(skipped.items()))
+        _fail(f"{args.log}: {e}{' (left out: ' + left + ')' if left else ''}")
+    when = datetime.now(UTC).strftime("%Y-%m-%d")
+    text = to_yaml(fit, name, Path(args.log).name, len(chosen), skipped, filters, when)
+    _check(text)
+    if args.output:
+        try:
+            Path(args.output).expanduser().write_text(text, encoding="utf-8")
+        except OSError as e:
+            _fail(f"--output: cannot write {args.output}: {e.strerror}")
+    else:
+        sys.stdout.write(text)
+    print(f"retimer fit: {fit.streams} streams, {fit.tokens} tokens: TTFT p50 "
+          f"{fit.ttft_ms[0]:.0f} ms, {fit.tps:.1f} tok/s, {fit.stalls} stalls"
+          f"{' -> ' + args.output if args.output else ''}", file=sys.stderr)
+
+
+def _check(text: str) -> None:
+    """Load the YAML with retimer's profile loader: what fit prints, --profile takes."""
+    from .profile import ProfileError, load_profile
+
+    with tempfile.TemporaryDirectory(prefix="retimer-fit-") as tmp:
+        path = Path(tmp) / "fitted.yaml"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_profile(str(path))
+        except ProfileError as e:
+            _fail(f"the fitted profile does not load ({e}); please report this")

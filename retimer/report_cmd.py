@@ -1,0 +1,72 @@
+"""`retimer report LOG.jsonl -o report.html [--png DIR]`: the record log as pictures."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from .fit_cmd import add_filters
+from .logread import LogError, describe_filters, parse_since, read_log, select
+from .report import build, render_html
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"retimer report: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see retimer report --help)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="retimer report",
+                description="One self-contained HTML page (no network needed) with plots of "
+                "the streams recorded with --log.")
+    p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
+    p.add_argument("--output", "-o", metavar="FILE", default="report.html",
+                   help="the HTML file to write (default report.html)")
+    p.add_argument("--png", metavar="DIR", default="",
+                   help="also write the charts as PNG files into DIR (needs matplotlib)")
+    p.add_argument("--title", default="", help="the page's title (default: the log's name)")
+    add_filters(p)
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    try:
+        since = parse_since(args.since) if args.since else None
+        log = read_log(args.log)
+    except LogError as e:
+        _fail(str(e))
+    chosen = select(log.records, args.protocol, args.host, since)
+    if not chosen:
+        filters = describe_filters(args.protocol, args.host, args.since)
+        what = f" matching {filters}" if filters else ""
+        _fail(f"{args.log}: no records{what} ({len(log.records)} records in the file)")
+    if args.png:  # before writing anything: a missing matplotlib is one line, nothing half-done
+        from .report_png import PngUnavailable, available
+
+        try:
+            available()
+        except PngUnavailable as e:
+            _fail(str(e))
+    report = build(chosen, args.title or Path(args.log).name, log.bad_lines)
+    out = Path(args.output).expanduser()
+    try:
+        out.write_text(render_html(report), encoding="utf-8")
+    except OSError as e:
+        _fail(f"--output: cannot write {args.output}: {e.strerror}")
+    print(f"retimer report: {len(chosen)} streams -> {out}", file=sys.stderr)
+    if args.png:
+        from .report_png import write_pngs
+
+        try:
+            pngs = write_pngs(report, Path(args.png).expanduser())
+        except OSError as e:
+            _fail(f"--png: cannot write into {args.png}: {e.strerror}")
+        print(f"retimer report: {len(pngs)} PNG files in {args.png}", file=sys.stderr)
