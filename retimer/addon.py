@@ -14,12 +14,10 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from mitmproxy import ctx, exceptions, http
-from mitmproxy.proxy.mode_specs import ReverseMode
 
 from . import bridge
 from .encoding import decoder_for
@@ -32,21 +30,17 @@ from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
 from .protocols.generic import GenericStreamAdapter
 from .protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
-from .records import RecordLog, redact_url
+from .flows import destination_host, is_stream_response, stream_record
+from .records import RecordLog
 from .scheduler import NoTiming
 from .strategy import Strategy, parse_strategy
 from .ws_pacing import WebSocketPacing
 
 logger = logging.getLogger("retimer")
 
-STREAM_TYPES = (
-    "text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson",
-    "application/vnd.amazon.eventstream",
-)
 
 IDLE_GC_AFTER_S = 0.2
 PROFILE_KEY = "retimer_profile"  # flow.metadata: a Profile chosen for this flow (studies)
-RECORD_KEY = "retimer_record"  # flow.metadata: extra fields for this flow's record
 
 Listener = Callable[[dict[str, Any]], None]
 
@@ -58,26 +52,6 @@ def build_profile(
     return load_profile(name).with_overrides(
         ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None
     )
-
-
-def destination_host(flow: http.HTTPFlow) -> str:
-    """The host the flow goes to. In reverse mode that is the --upstream host, whatever Host
-    header the client sent (kept as is with keep_host_header); elsewhere the Host header wins,
-    as transparent mode only knows the IP address."""
-    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
-        return flow.request.host
-    return flow.request.pretty_host
-
-
-def destination_url(flow: http.HTTPFlow) -> str:
-    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
-        return flow.request.url
-    return flow.request.pretty_url
-
-
-def is_stream_response(response: http.Response) -> bool:
-    ctype = response.headers.get("content-type", "").lower()
-    return any(t in ctype for t in STREAM_TYPES)
 
 
 class Retimer:
@@ -285,7 +259,7 @@ class Retimer:
         """The flow's profile: a per-flow choice (a study condition) or the configured one.
 
         Another addon may put a `Profile` in `flow.metadata[PROFILE_KEY]` before the response
-        arrives, and a dict of fields for the record in `flow.metadata[RECORD_KEY]`."""
+        arrives, and a dict of fields for the record in `flow.metadata[flows.RECORD_KEY]`."""
         assert self.profile is not None
         chosen = flow.metadata.get(PROFILE_KEY) if flow is not None else None
         return chosen if isinstance(chosen, Profile) else self.profile
@@ -376,42 +350,8 @@ class Retimer:
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
         *, index: int | None = None,
     ) -> dict[str, Any]:
-        profile = self.profile_for(flow)
-        meta = flow.metadata.get("retimer", {})
-        if index is not None:
-            meta = {**meta, "index": index}
-        timing = pacer.stats.record(end if end is not None else time.monotonic())
-        emitted_ms = timing["emitted"]["duration_ms"] or 0.0
-        wait_ms = pacer.scheduler.bound_s * 1000
-        return {
-            "id": flow.id,
-            "time": datetime.fromtimestamp(flow.request.timestamp_start, UTC).isoformat(),
-            "url": redact_url(destination_url(flow)),
-            "protocol": meta.get("protocol"),
-            "profile": profile.name,
-            "seed": self.seed,
-            "stream": meta.get("index"),
-            "status": flow.response.status_code if flow.response else None,
-            "outcome": outcome,
-            "target": {
-                "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
-                "tps": None if profile.passthrough else profile.tps,
-            },
-            # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
-            "model": {"speed": profile.speed,
-                      **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
-            **timing,
-            "upstream_bound": (not profile.passthrough)
-            and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
-            "upstream_wait_ms": round(wait_ms, 3),
-            "strategy": str(pacer.strategy),
-            "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
-            "fallback": pacer.fallback,
-            "keepalives": pacer.keepalives,
-            "released_early": pacer.released_early,
-            **flow.metadata.get(RECORD_KEY, {}),
-            "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
-        }
+        return stream_record(flow, pacer, self.profile_for(flow), self.seed,
+                             end if end is not None else time.monotonic(), outcome, index)
 
 
 def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:

@@ -35,7 +35,8 @@ from typing import Any
 import h11
 from mitmproxy import ctx, exceptions, http
 
-from .addon import Retimer, destination_host, destination_url
+from .addon import Retimer
+from .flows import destination_host, destination_url
 from .cache import CacheEntry, cache_key, new_entry
 from .cache_store import CacheStore
 from .pacer import StreamPacer

@@ -49,6 +49,7 @@ LLM_HOSTS: tuple[str, ...] = (
     "chat.mistral.ai",
     "chat.z.ai",
     "grok.com",
+    "www.doubao.com",
     "copilot.microsoft.com",
     # IDE and CLI agents
     "api.githubcopilot.com",

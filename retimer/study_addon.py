@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
-from .addon import PROFILE_KEY, RECORD_KEY, Retimer, destination_host
+from .addon import PROFILE_KEY, Retimer
+from .flows import RECORD_KEY, destination_host
 from .conversation import conversation_key, is_unit_request, response_links
 from .pac import addressed_to_proxy
 from .pacer import StreamPacer

@@ -173,8 +173,8 @@ TABLE: dict[str, Row] = {
     "openai-responses/aws-bedrock-mantle-responses.sse": post("bedrock-mantle.us-east-1.api.aws",
                                                               "/openai/v1/responses", "openai-responses"),
     "openai-responses/background-resume-starting-after.sse": Row(
-        "GET", "api.openai.com", "/v1/responses/resp_68b1?starting_after=0&stream=true", SSE, "generic",
-        "a resumed background response is a GET: OpenAIResponsesAdapter accepts POST only"),
+        "GET", "api.openai.com", "/v1/responses/resp_68b1?starting_after=0&stream=true", SSE,
+        "openai-responses", "a resumed background response is a GET of the response"),
     **{f"openai-responses/{n}.sse": RESPONSES for n in (
         "background-mode-queued", "function-call-args-sequence-number-obfuscation",
         "gpt4o-function-call-arguments-delta", "gpt4o-output-text-delta-early", "output-text-delta-logprobs",
@@ -209,7 +209,7 @@ TABLE: dict[str, Row] = {
 }
 DOCS = {"SOURCES.md", "nonstream/README.md"}  # notes, not responses
 # generic rows whose host is not in hosts.LLM_HOSTS: the proxy passes them through unpaced
-NOT_LLM_HOSTS = {"misc/doubao-web-2024-11-protobuf-base64-sse.sse"}
+NOT_LLM_HOSTS: set[str] = set()
 PACED = sorted(n for n, row in TABLE.items() if row.expect != "passthrough")
 
 

@@ -68,7 +68,8 @@ def events_of(data: bytes) -> list[Event]:
     ("POST", "/api/v1/responses", "text/event-stream; charset=utf-8", True),
     ("POST", "/openai/v1/responses/?x=1", SSE, True),
     ("POST", "/responses", SSE, True),
-    ("GET", "/v1/responses/resp_1?stream=true", SSE, False),
+    ("GET", "/v1/responses/resp_1?stream=true", SSE, True),  # resuming a background response
+    ("GET", "/v1/responses/resp_1/input_items", SSE, False),
     ("POST", "/v1/responses", "application/json", False),
     ("POST", "/v1/responses/resp_1/cancel", SSE, False),
     ("POST", "/v1/chat/completions", SSE, False),

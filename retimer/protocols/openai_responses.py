@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..sse import SSEEvent, SSEParser, format_event
+from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
 from .base import Channel, Event, RequestShape
-from .sse_json import SSEJSONAdapter, dumps, posts_event_stream
+from .sse_json import SSEJSONAdapter, dumps, posts_event_stream, request_path
 
 __all__ = ["OpenAIResponsesAdapter"]
 
@@ -48,6 +48,7 @@ _DELTA_CHANNELS: dict[str, Channel] = {
 }
 _LAST_ONLY = ("obfuscation",)  # dropped from every piece but the last
 _SEQ = "sequence_number"
+_RESUME_PATH = re.compile(r"/responses/resp_[A-Za-z0-9_-]+$")
 _SEQ_RE = re.compile(rb'"sequence_number"(\s*:\s*)(\d+)')
 
 
@@ -102,8 +103,15 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
-        """POST to a path ending in /responses (query allowed), answered with an event stream."""
-        return posts_event_stream(request, content_type, "/responses")
+        """POST to a path ending in /responses (query allowed), or the GET that resumes a
+        background response (`/responses/{id}?stream=true`), answered with an event stream."""
+        if posts_event_stream(request, content_type, "/responses"):
+            return True
+        return (
+            request.method.upper() == "GET"
+            and _RESUME_PATH.search(request_path(request.path)) is not None
+            and is_event_stream(content_type)
+        )
 
     # -- parsing ---------------------------------------------------------------------
     def feed(self, data: bytes) -> list[Event]:
