@@ -33,6 +33,10 @@ TOKEN_COUNTER = "retimer-bpe-approx-v1"
 TRACE_UNIT_MS = 0.01  # 10 us: gaps of fast profiles (2000 tok/s: 0.5 ms) keep their shape
 TRACE_MAX_EVENTS = 2000
 TRACE_EXACT_EVENTS = 1000
+# a stream that never ends must not grow without bound: past this many events per side, the
+# events after the first TRACE_EXACT_EVENTS are merged pairwise (later time, summed tokens),
+# halving the tail; figures that need every event (gap quantiles) then see merged gaps
+SIDE_MAX_EVENTS = 100_000
 
 
 @dataclass(slots=True)
@@ -58,6 +62,22 @@ class Side:
         self.by_channel[key] = self.by_channel.get(key, 0) + n
         self.event_times.append(t)
         self.event_tokens.append(n)
+
+    def over_bound(self) -> bool:
+        return len(self.event_times) > SIDE_MAX_EVENTS
+
+    def compact(self) -> slice:
+        """Merge the tail's events pairwise; returns the slice of kept (later) tail indices."""
+        head = TRACE_EXACT_EVENTS
+        tail_t, tail_n = self.event_times[head:], self.event_tokens[head:]
+        if len(tail_t) % 2:  # an odd one out stays alone at the end
+            tail_t, last_t = tail_t[:-1], tail_t[-1:]
+            tail_n, last_n = tail_n[:-1], tail_n[-1:]
+        else:
+            last_t, last_n = [], []
+        self.event_times[head:] = tail_t[1::2] + last_t
+        self.event_tokens[head:] = [a + b for a, b in zip(tail_n[::2], tail_n[1::2])] + last_n
+        return slice(1, None, 2)
 
     def summary(self, start: float, end: float | None) -> dict[str, Any]:
         def ms(t: float | None) -> float | None:
@@ -101,11 +121,19 @@ class StreamStats:
 
     def upstream_tokens(self, now: float, n: int, channel: Channel | None) -> None:
         self.upstream.add(now, n, channel)
+        if self.upstream.over_bound():
+            self.upstream.compact()
 
     def emitted(self, now: float, n: int, channel: Channel | None, due: float) -> None:
         self.emitted_side.add(now, n, channel)
         self.lateness.append(now - due)
         self.last_sent = now
+        if self.emitted_side.over_bound():
+            head = TRACE_EXACT_EVENTS
+            tail = self.lateness[head:]
+            odd = tail[-1:] if len(tail) % 2 else []
+            self.emitted_side.compact()
+            self.lateness[head:] = tail[: len(tail) - len(odd)][1::2] + odd
 
     def lateness_ms(self) -> dict[str, float] | None:
         if not self.lateness:

@@ -128,3 +128,29 @@ def test_live_table_has_a_sparkline_except_when_blind() -> None:
     blind(rec)
     # a participant's view must not show the pace (it would reveal the condition)
     assert not set(_table_text(blind)) & set("▁▂▃▄▅▆▇█")
+
+
+def test_endless_stream_state_stays_bounded() -> None:
+    """A stream that never ends keeps a bounded number of events per side (merged pairwise)."""
+    from retimer.metrics import SIDE_MAX_EVENTS, TRACE_EXACT_EVENTS, StreamStats
+    from retimer.protocols.base import Channel
+
+    stats = StreamStats(start=0.0, target_ttft=0.1)
+    total = 3 * SIDE_MAX_EVENTS
+    for i in range(total):
+        t = 0.1 + i * 0.001
+        stats.upstream_tokens(t, 2, Channel.TEXT)
+        stats.emitted(t + 0.0005, 2, Channel.TEXT, t + 0.0004)
+    for side in (stats.upstream, stats.emitted_side):
+        assert len(side.event_times) <= SIDE_MAX_EVENTS + 1
+        assert len(side.event_times) == len(side.event_tokens)
+        assert sum(side.event_tokens) == side.tokens == 2 * total  # no token lost
+        assert side.event_times[:TRACE_EXACT_EVENTS] == [
+            0.1 + i * 0.001 + (0.0005 if side is stats.emitted_side else 0)
+            for i in range(TRACE_EXACT_EVENTS)]
+        assert side.event_times[-1] == side.last
+        assert side.event_times == sorted(side.event_times)
+    assert len(stats.lateness) == len(stats.emitted_side.event_times)
+    assert max(stats.lateness) < 0.00011  # the kept lateness values are real ones
+    record = stats.record(end=1e3)
+    assert record["emitted"]["tokens"] == 2 * total
