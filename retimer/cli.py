@@ -9,9 +9,10 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from . import __version__
+from .cmdline import OneLineParser, fail
 
 DEFAULT_CONFDIR = "~/.retimer"
 
@@ -20,14 +21,7 @@ class UsageError(Exception):
     """A bad option value; printed as one line."""
 
 
-def fail(message: str, code: int = 2) -> NoReturn:
-    print(f"retimer: error: {message}", file=sys.stderr)
-    raise SystemExit(code)
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # argparse prints usage + message; keep it one line
-        fail(f"{message} (see retimer --help)")
+_Parser = OneLineParser  # the subcommands' parsers share it
 
 
 def _proxy_parser() -> argparse.ArgumentParser:

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from .cmdline import fail
+
 __all__ = ["COLUMNS", "main", "read_log", "rows"]
 
 COLUMNS = (
@@ -26,8 +28,7 @@ COLUMNS = (
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"retimer: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    fail(message)
 
 
 def _warn(message: str) -> None:

@@ -13,18 +13,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
+from .cmdline import OneLineParser, fail
 from .fit import SLUG, FitError, fit_streams, slug, streams_from, to_yaml
 from .logread import LogError, describe_filters, parse_since, read_log, select
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"retimer fit: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    fail(message, prog="retimer fit")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        _fail(f"{message} (see retimer fit --help)")
+_Parser = OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:

@@ -7,19 +7,17 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from .cmdline import OneLineParser, fail
 from .fit_cmd import add_filters
 from .logread import LogError, describe_filters, parse_since, read_log, select
 from .report import build, render_html
 
 
 def _fail(message: str) -> NoReturn:
-    print(f"retimer report: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+    fail(message, prog="retimer report")
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        _fail(f"{message} (see retimer report --help)")
+_Parser = OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:
