@@ -101,7 +101,62 @@ def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Any, seed: int) -> l
                          "pooled_rate_err_pct": (gaps / span / TPS - 1) * 100 if span else None,
                          "max_event_tokens": most, "text_exact": exact})
         fake.clear()
+        _log(f"formats: websocket, {streams} turns")
+        rows.append(websocket_row(proxy, seed, streams))
     return rows
+
+
+def websocket_row(proxy: Any, seed: int, streams: int) -> dict[str, Any]:
+    """OpenAI Realtime-like turns over a WebSocket: the server sends each whole answer at once
+    (deltas of 1-4 words); the client in this process timestamps every message it receives."""
+    import random
+
+    from harness import prose
+    from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
+
+    from retimer.tokenizer import split_tokens
+
+    rnd = random.Random(seed)
+    words = prose(300, seed).split(" ")
+    deltas, i = [], 0
+    while i < len(words):
+        k = rnd.randint(1, 4)
+        deltas.append((" " if i else "") + " ".join(words[i:i + k]))
+        i += k
+    messages: list[tuple[bytes | str, bool]] = [(json.dumps({"type": "response.created"}), True)]
+    messages += [(json.dumps({"type": "response.output_text.delta", "delta": d}), True)
+                 for d in deltas]
+    messages.append((json.dumps({"type": "response.done"}), True))
+    expected = "".join(deltas)
+    errs, gaps_total, span_total, most, exact = [], 0, 0.0, 0, True
+    tokens = 0
+    with FakeWSLLM([WSReply(messages)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime")
+        try:
+            for _ in range(streams):
+                client.send(json.dumps({"type": "response.create"}))
+                got = client.receive_until('"response.done"')
+                events = []
+                text = ""
+                for r in got:
+                    obj = json.loads(r.data) if isinstance(r.data, str) else {}
+                    if obj.get("type") == "response.output_text.delta":
+                        n = len(split_tokens(obj["delta"]))
+                        events.append((r.at, n))
+                        text += obj["delta"]
+                        most = max(most, n)
+                exact = exact and text == expected
+                tokens = sum(n for _, n in events)
+                t0, t1 = events[0][0], events[-1][0]
+                errs.append(((tokens - events[0][1]) / (t1 - t0) / TPS - 1) * 100)
+                gaps_total += tokens - events[0][1]
+                span_total += t1 - t0
+        finally:
+            client.close()
+    return {"format": "websocket", "fixture": "synthetic Realtime turn (300 tokens)",
+            "streams": streams, "tokens": tokens, "rate_err_pct": errs,
+            "pooled_rate_err_pct": (gaps_total / span_total / TPS - 1) * 100,
+            "max_event_tokens": most, "text_exact": exact}
 
 
 def formats_table(rows: list[dict[str, Any]]) -> str:
@@ -110,7 +165,8 @@ def formats_table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         e = r["rate_err_pct"]
         pooled = r.get("pooled_rate_err_pct")
-        lines.append(f"| {r['format']} | `{r['fixture']}` | {r['streams']} x {r['tokens']} "
+        capture = r["fixture"] if r["format"] == "websocket" else f"`{r['fixture']}`"
+        lines.append(f"| {r['format']} | {capture} | {r['streams']} x {r['tokens']} "
                      f"| {pooled:+.2f} ({min(e):+.2f} / {max(e):+.2f}) "
                      f"| {r['max_event_tokens']} | {'yes' if r['text_exact'] else 'NO'} |")
     return "\n".join(lines)

@@ -89,7 +89,7 @@ class FakeWSLLM:
                     await writer.drain()
                 if not data:
                     break
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, asyncio.CancelledError):  # 3.12.1 logs a cancelled handler
             pass
         finally:
             writer.close()
