@@ -41,7 +41,7 @@ _CONTENT_TYPES = frozenset({
     "application/x-protobuf", "text/javascript", "application/javascript",
     "application/x-javascript",
 })
-_GUARDS = tuple(f")]}}'".replace("]", a + "]").replace("}", b + "}").encode()
+_GUARDS = tuple(")]}'".replace("]", a + "]").replace("}", b + "}").encode()
                 for a in ("", "\n", "\r\n") for b in ("", "\n", "\r\n"))
 _WS_BYTES = b" \t\r\n"
 _MAX_DIGITS = 9
