@@ -28,7 +28,8 @@ def _proxy_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="retimer",
         description="Re-time real LLM streams to a target speed profile. "
-        "Subcommands: `retimer profiles` lists the built-in profiles.",
+        "Subcommands: browser, run, env, ca, study, export, fit, report, profiles "
+        "(`retimer SUBCOMMAND --help`).",
     )
     p.add_argument("--version", action="version", version=f"retimer {__version__}")
     p.add_argument("--profile", "-p", default="cerebras",
