@@ -95,6 +95,9 @@ KINDS: tuple[Kind, ...] = (
 )
 
 
+SLOW_S = 20.0  # no stream of the soak's fixtures takes this long at 800 tok/s
+
+
 def ws_reply_messages() -> list[tuple[bytes | str, bool]]:
     """What the fake Realtime server sends per turn: created, deltas, an audio frame, done."""
     words = WS_WORDS.split(" ")
@@ -181,6 +184,17 @@ class Load:
                 self.durations.append(time.monotonic() - t0)
 
     async def stream(self, client: httpx.AsyncClient, kind: Kind) -> None:
+        """One stream; one that takes more than SLOW_S is a failure, with what it was."""
+        info: dict[str, Any] = {}
+        t0 = time.monotonic()
+        try:
+            await self._stream(client, kind, info)
+        finally:
+            if (took := time.monotonic() - t0) > SLOW_S:
+                headers = {k: v for k, v in info.get("headers", {}).items() if k.startswith("x-")}
+                self.note(kind.name, "FAIL-slow", f"{took:.0f} s {headers}")
+
+    async def _stream(self, client: httpx.AsyncClient, kind: Kind, info: dict[str, Any]) -> None:
         rnd, cfg = self.rnd, self.cfg
         fixture = rnd.choice(kind.fixtures)
         bursts = rnd.randint(1, 8)
@@ -210,6 +224,7 @@ class Load:
             if rnd.random() < 0.1:
                 headers["x-fake-close"] = "1"
         url = cfg["upstream"] + kind.path
+        info["headers"] = headers
         body = bytearray()
         async with client.stream("POST", url, content=b'{"stream": true}', headers=headers) as r:
             if fault == "status_404":
