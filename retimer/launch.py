@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import http.client
 import os
@@ -69,14 +70,17 @@ def listening(host: str, port: int) -> bool:
         return False
 
 
-def probe_retimer(host: str, port: int) -> str | None:
+def probe_retimer(host: str, port: int, auth: str = "") -> str | None:
     """The CA SPKI hash a retimer on host:port reports with its PAC file, or None if what
-    listens there is not retimer."""
+    listens there is not retimer. `auth` (USER:PASS) answers a retimer run with --proxy-auth."""
     from .pac import PATH, SPKI_HEADER
 
+    headers = {"host": f"{_connect_host(host)}:{port}"}
+    if auth:
+        headers["proxy-authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
     conn = http.client.HTTPConnection(_connect_host(host), port, timeout=3.0)
     try:
-        conn.request("GET", PATH, headers={"host": f"{_connect_host(host)}:{port}"})
+        conn.request("GET", PATH, headers=headers)
         resp = conn.getresponse()
         body = resp.read(64)
     except (OSError, http.client.HTTPException):
@@ -93,11 +97,15 @@ def print_env(argv: list[str]) -> None:
     p = _small_parser("retimer env", "Print shell lines that point programs at retimer, e.g. "
                       'eval "$(retimer env)". Creates the CA if needed.')
     p.add_argument("--shell", choices=SHELLS, default="sh", help="output syntax (default sh: bash, zsh)")
+    p.add_argument("--proxy-auth", metavar="USER:PASS", default="",
+                   help="the credentials retimer was started with: put in the proxy URL")
     args = p.parse_args(argv)
     if not 0 < args.listen_port <= 65535:
         fail(f"--listen-port: {args.listen_port} is not a port number")
+    _check_auth(args.proxy_auth)
     ca, bundle = _ca_files(confdir_of(args))
-    env = launch_env(proxy_url(args.listen_host, args.listen_port), str(bundle), str(ca))
+    proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
+    env = launch_env(proxy, str(bundle), str(ca))
     print("\n".join(shell_lines(env, args.shell)))
     if not listening(args.listen_host, args.listen_port):
         print(f"retimer: note: nothing listens on {args.listen_host}:{args.listen_port} yet; "
@@ -125,6 +133,13 @@ def print_ca(argv: list[str]) -> None:
     if not existed:
         print("created a new CA: clients must trust it (see certs/README.md)")
     print(f"chrome  --ignore-certificate-errors-spki-list={spki}")
+
+
+def _check_auth(auth: str) -> None:
+    from .security import proxy_auth_error
+
+    if auth and (err := proxy_auth_error(auth)):
+        fail(err)
 
 
 # -- retimer run ----------------------------------------------------------------------------
@@ -157,6 +172,7 @@ def run(argv: list[str]) -> int:
     if shutil.which(command[0]) is None:
         fail(f"run: command not found: {command[0]}", 127)
     _validate(args, check_port=False)  # bad options fail even when a retimer is reused
+    _check_auth(args.proxy_auth)
     try:
         if args.listen_port and listening(args.listen_host, args.listen_port):
             return asyncio.run(_run_reusing(args, command))
@@ -169,7 +185,7 @@ async def _run_reusing(args: argparse.Namespace, command: list[str]) -> int:
     from .certs import spki_hash
 
     where = f"{args.listen_host}:{args.listen_port}"
-    spki = probe_retimer(args.listen_host, args.listen_port)
+    spki = probe_retimer(args.listen_host, args.listen_port, args.proxy_auth)
     if spki is None:
         fail(f"run: {where} is taken by something that is not retimer "
              f"(try --listen-port {args.listen_port + 1})")
@@ -181,8 +197,8 @@ async def _run_reusing(args: argparse.Namespace, command: list[str]) -> int:
     if not args.quiet:
         print(f"retimer: using the retimer already on {where} (its own options apply)",
               file=sys.stderr)
-    env = launch_env(proxy_url(args.listen_host, args.listen_port), str(bundle), str(ca))
-    return await run_child(command, child_env(os.environ, env))
+    proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
+    return await run_child(command, child_env(os.environ, launch_env(proxy, str(bundle), str(ca))))
 
 
 class _Ready:
@@ -208,10 +224,10 @@ async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
         return 1
     port = _bound_port(m) or args.listen_port
     ca, bundle = _ca_files(confdir_of(args))
-    proxy = proxy_url(args.listen_host, port)
-    if not args.quiet:
-        print(f"retimer: {proxy} ({addon.profile.name}), LLM hosts re-timed; running "
-              f"{' '.join(command)}", file=sys.stderr)
+    if not args.quiet:  # the address without credentials: they never reach the terminal
+        print(f"retimer: {proxy_url(args.listen_host, port)} ({addon.profile.name}), LLM hosts "
+              f"re-timed; running {' '.join(command)}", file=sys.stderr)
+    proxy = proxy_url(args.listen_host, port, args.proxy_auth)
     try:
         return await run_child(command, child_env(os.environ, launch_env(proxy, str(bundle), str(ca))))
     finally:

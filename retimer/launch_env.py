@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from urllib.parse import quote
 
 LOOPBACK = "localhost,127.0.0.1,::1"
 SHELLS = ("sh", "fish", "powershell")
 
 
-def proxy_url(host: str, port: int) -> str:
-    """The URL clients put in HTTPS_PROXY; a wildcard listen address is reached via loopback."""
+def proxy_url(host: str, port: int, auth: str = "") -> str:
+    """The URL clients put in HTTPS_PROXY; a wildcard listen address is reached via loopback.
+
+    `auth` is --proxy-auth's USER:PASS: it goes in the URL's userinfo (percent-encoded, so a
+    password with `@`, `:` or `/` survives), which is how curl, Python, Go and Node read
+    proxy credentials from the environment.
+    """
     if host in ("", "0.0.0.0"):
         host = "127.0.0.1"
     elif host == "::":
         host = "::1"
     if ":" in host:
         host = f"[{host}]"
-    return f"http://{host}:{port}"
+    userinfo = ""
+    if auth:
+        user, _, password = auth.partition(":")
+        userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}@"
+    return f"http://{userinfo}{host}:{port}"
 
 
 def launch_env(proxy: str, bundle: str, ca: str) -> dict[str, str]:

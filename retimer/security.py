@@ -84,8 +84,13 @@ def exposure_warning(opts: Any) -> str | None:
 
 
 def proxy_auth_error(value: str) -> str | None:
-    """--proxy-auth takes USER:PASS, both non-empty."""
+    """--proxy-auth takes USER:PASS, both non-empty, in the form mitmproxy's single-user check
+    reads: one colon, and no user name it would take for an htpasswd file or an LDAP URL."""
     user, sep, password = value.partition(":")
     if not sep or not user or not password:
         return "--proxy-auth: expected USER:PASS"
+    if ":" in password:
+        return "--proxy-auth: the password may not contain ':'"
+    if user.startswith(("@", "ldap")):
+        return "--proxy-auth: a user name may not start with '@' or 'ldap'"
     return None

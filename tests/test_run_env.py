@@ -214,6 +214,63 @@ def test_reuses_a_running_retimer(tmp_path: Path, fake: FakeLLM) -> None:
         assert "uses another CA" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
 
 
+AUTH = "alice:p@ss/w rd%"  # characters that must be percent-encoded in a proxy URL
+
+
+def test_run_with_proxy_auth_gives_the_command_the_credentials(tmp_path: Path, fake: FakeLLM) -> None:
+    """`retimer run --proxy-auth`: the proxy demands credentials and the command gets them in
+    its proxy variables (curl and httpx both authenticate with them); the terminal never
+    shows the password."""
+    run = Run(tmp_path, fake)
+    run.options += ["--proxy-auth", AUTH]
+    llm = fake.url_for("llm.test")
+    data = json.dumps({"model": "gpt-test", "stream": True, "messages": []})
+    script = (
+        f"curl -sS -N --fail -H 'content-type: application/json' -d {shlex.quote(data)} "
+        f"{llm}/v1/chat/completions > llm.out\n"
+        # the same proxy without the credentials: refused with 407
+        f"env -u HTTPS_PROXY -u https_proxy curl -sS -o /dev/null -w '%{{http_code}}' "
+        f"--proxy http://127.0.0.1:{run.port} {llm}/v1/models > noauth.out 2>&1\n"
+        f"{shlex.quote(sys.executable)} -c 'import os; print(os.environ[\"HTTPS_PROXY\"])' > env.out\n"
+    )
+    result = run("sh", "-c", script)
+    assert result.returncode == 0, result.stderr
+    assert "".join(_sse_pieces((tmp_path / "llm.out").read_text())) == TEXT
+    _check_paced_record(run.records())
+    assert "407" in (tmp_path / "noauth.out").read_text()
+    assert (tmp_path / "env.out").read_text().strip() == (
+        f"http://alice:p%40ss%2Fw%20rd%25@127.0.0.1:{run.port}")
+    assert "p@ss" not in result.stderr and "p%40ss" not in result.stderr
+    assert "p@ss" not in run.log.read_text() and "p%40ss" not in run.log.read_text()
+
+
+def test_run_reuses_a_retimer_that_wants_credentials(tmp_path: Path, fake: FakeLLM) -> None:
+    args = ("--intercept", r"^llm\.test:", "--set", f"scripts={HOSTMAP}", "--proxy-auth", AUTH, *PACED)
+    with RetimerProxy(tmp_path / "p", *args, upstream_ca=fake.ca_path) as proxy:
+        options = ["--listen-port", str(proxy.port), "--set", f"confdir={proxy.confdir}"]
+        sdk = ("import sys, openai\n"
+               "c = openai.OpenAI(base_url=sys.argv[1] + '/v1', api_key='sk-x')\n"
+               "s = c.chat.completions.create(model='m', messages=[], stream=True)\n"
+               "print(''.join(x.choices[0].delta.content or '' for x in s if x.choices), end='')")
+        result = run_cli("run", *options, "--proxy-auth", AUTH, "--", sys.executable, "-c", sdk,
+                         fake.url_for("llm.test"))
+        assert result.returncode == 0, result.stderr
+        assert "using the retimer already on" in result.stderr
+        assert result.stdout == TEXT
+        _check_paced_record(proxy.records())
+        # without the credentials the probe gets 401 and cannot tell it is retimer: one line
+        blind = run_cli("run", *options, "--", "true")
+        assert blind.returncode == 2 and "not retimer" in blind.stderr
+        for auth, needle in [("alice", "expected USER:PASS"), ("alice:a:b", "may not contain ':'"),
+                             ("ldapbob:pw", "may not start with")]:
+            wrong = run_cli("run", *options, "--proxy-auth", auth, "--", "true")
+            assert wrong.returncode == 2 and needle in wrong.stderr, wrong.stderr
+            assert len(wrong.stderr.splitlines()) == 1
+    env = run_cli("env", "--listen-port", "18124", "--proxy-auth", AUTH,
+                  "--set", f"confdir={tmp_path / 'c'}")
+    assert "export HTTPS_PROXY=http://alice:p%40ss%2Fw%20rd%25@127.0.0.1:18124\n" in env.stdout
+
+
 def test_run_errors_are_one_line(tmp_path: Path) -> None:
     with socket.socket() as busy:  # something that is not retimer holds the port
         busy.bind(("127.0.0.1", 0))
@@ -298,6 +355,7 @@ def test_launch_env_units() -> None:
     assert proxy_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert proxy_url("::", 9) == "http://[::1]:9"
     assert proxy_url("::1", 9) == "http://[::1]:9"
+    assert proxy_url("127.0.0.1", 9, "al ice:p@ss:w/rd%") == "http://al%20ice:p%40ss%3Aw%2Frd%25@127.0.0.1:9"
     env = launch_env("http://127.0.0.1:1", "/b.pem", "/ca.pem")
     assert env["https_proxy"] == env["HTTP_PROXY"] == "http://127.0.0.1:1"
     assert env["CURL_CA_BUNDLE"] == "/b.pem" and env["NODE_EXTRA_CA_CERTS"] == "/ca.pem"
