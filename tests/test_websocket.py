@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import random
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -222,6 +224,42 @@ def test_other_websockets_are_untouched(proxy: RetimerProxy, tmp_path: Path) -> 
             client.close()
     assert len(received) == len(reply().messages)
     assert received[-1].at - sent < 0.35  # paced, the last message would come after ~0.85 s
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_shutdown_sends_held_messages_then_closes(tmp_path: Path, sig: signal.Signals) -> None:
+    """The proxy is stopped mid-turn: every held message reaches the client at once, whole and
+    in order; the socket, which the client keeps open, is closed at the grace period; the turn
+    has its record, with nothing lost."""
+    proxy = RetimerProxy(tmp_path, "--profile", "gpt-5", "--ttft", "300ms", "--tps", "4",
+                         "--jitter", "0", "--set", "retimer_shutdown_grace=1500ms")
+    with FakeWSLLM([reply()]) as server, proxy:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime")
+        try:
+            sent = client.send(json.dumps({"type": "response.create"}))
+            first = client.receive_until('"response.output_text.delta"')  # paced: ~0.3 s
+            assert first[-1].at - sent > 0.2
+            assert proxy.proc is not None
+            stopped_at = time.monotonic()
+            proxy.proc.send_signal(sig)
+            rest = client.receive_until('"response.done"', timeout=10)
+            # at 4 tok/s the remaining ~18 tokens would take ~4.5 s: they came out at once
+            assert rest[-1].at - stopped_at < 1.0
+            objs = [json.loads(r.data) for r in first + rest if isinstance(r.data, str)]
+            assert [o["type"] for o in objs][::len(objs) - 1] == ["response.created", "response.done"]
+            assert "".join(o.get("delta", "") for o in objs) == WORDS
+            assert [r.data for r in rest if isinstance(r.data, bytes)] == [b"\x00\x01\x02binary-audio"]
+            assert client.receive_until("never", timeout=10) == []  # then the socket ends
+            closed_s = time.monotonic() - stopped_at
+            proxy.proc.wait(15)
+            exit_s = time.monotonic() - stopped_at
+        finally:
+            client.close()
+    assert 1.3 < closed_s < 6 and exit_s < 8
+    (record,) = proxy.records(1, timeout=2)
+    assert record["protocol"] == "websocket" and record["outcome"] == "shutdown"
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 10
+    assert "Traceback" not in proxy.stderr()
 
 
 # -- the bridge's close-frame scanner ---------------------------------------------------
