@@ -75,6 +75,7 @@ class Sampler:
         self.samples: list[dict[str, Any]] = []
         self.phase = "idle-before"
         self.progress: dict[str, Any] = {"done": 0, "active": 0}
+        self.slow: list[dict[str, Any]] = []  # streams the client found slow, with the proxy's view
         # one keep-alive connection for the probe: a constant one descriptor in the proxy
         self._probe = httpx.Client(proxy=proxy_url, timeout=10) if probe else None
         self._stop = threading.Event()
@@ -93,6 +94,15 @@ class Sampler:
         if self._probe is None:
             return {}
         return self._probe.get("http://retimer-soak.probe/?types=1").json()["types"]
+
+    def active(self) -> list[dict[str, Any]] | str:
+        """The proxy's in-flight streams as the probe describes them."""
+        if self._probe is None:
+            return "no probe"
+        try:
+            return self._probe.get("http://retimer-soak.probe/?active=1").json()
+        except (OSError, ValueError, httpx.HTTPError) as e:
+            return f"probe failed: {e}"
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -230,6 +240,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         res["types_after"] = sampler.types()
         sampler.stop()
         res["samples"] = sampler.samples
+        res["slow"] = sampler.slow
         res["records"] = records_summary(proxy.log_path)
         res["proxy_log"] = log_summary(proxy.stderr())
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -252,7 +263,11 @@ def run_client(cfg: dict[str, Any], sampler: Sampler, start: float) -> dict[str,
     summary: dict[str, Any] = {}
     for line in client.stdout:
         msg = json.loads(line)
-        if msg["type"] == "progress":
+        if msg["type"] == "slow":  # what the proxy holds for it, while it still holds it
+            print(f"\n[soak] slow {msg['kind']} stream {msg['plan']}", file=sys.stderr)
+            sampler.slow.append({**msg, "proxy": sampler.active()})
+            print(f"[soak] proxy: {json.dumps(sampler.slow[-1]['proxy'])[:2000]}", file=sys.stderr)
+        elif msg["type"] == "progress":
             sampler.progress = {"done": base + msg["done"], "active": msg["active"]}
             print(f"[soak] {msg['t'] - start:6.0f} s  {base + msg['done']} streams, "
                   f"{msg['active']} active", file=sys.stderr, end="\r")

@@ -96,6 +96,7 @@ KINDS: tuple[Kind, ...] = (
 
 
 SLOW_S = 20.0  # no stream of the soak's fixtures takes this long at 800 tok/s
+HUNG_S = 90.0  # a stream still open after this is cancelled and counted as hung
 
 
 def ws_reply_messages() -> list[tuple[bytes | str, bool]]:
@@ -184,15 +185,25 @@ class Load:
                 self.durations.append(time.monotonic() - t0)
 
     async def stream(self, client: httpx.AsyncClient, kind: Kind) -> None:
-        """One stream; one that takes more than SLOW_S is a failure, with what it was."""
+        """One stream; one that takes more than SLOW_S is a failure, with what it was. When it
+        passes SLOW_S a `slow` line tells bench/soak.py, which asks the proxy what it holds;
+        at HUNG_S it is given up (keep-alives would otherwise keep it open for ever)."""
         info: dict[str, Any] = {}
         t0 = time.monotonic()
-        try:
-            await self._stream(client, kind, info)
-        finally:
-            if (took := time.monotonic() - t0) > SLOW_S:
-                headers = {k: v for k, v in info.get("headers", {}).items() if k.startswith("x-")}
-                self.note(kind.name, "FAIL-slow", f"{took:.0f} s {headers}")
+        task = asyncio.create_task(self._stream(client, kind, info))
+        done, _ = await asyncio.wait({task}, timeout=SLOW_S)
+        headers = {k: v for k, v in info.get("headers", {}).items() if k.startswith("x-")}
+        if not done:
+            print(json.dumps({"type": "slow", "kind": kind.name, "plan": headers}), flush=True)
+            done, _ = await asyncio.wait({task}, timeout=HUNG_S - SLOW_S)
+            if not done:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                self.note(kind.name, "FAIL-hung", f"> {HUNG_S:.0f} s {headers}")
+                return
+        await task
+        if (took := time.monotonic() - t0) > SLOW_S:
+            self.note(kind.name, "FAIL-slow", f"{took:.0f} s {headers}")
 
     async def _stream(self, client: httpx.AsyncClient, kind: Kind, info: dict[str, Any]) -> None:
         rnd, cfg = self.rnd, self.cfg

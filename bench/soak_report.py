@@ -3,6 +3,7 @@ figures and their second-half trend, a time series, and what the proxy recorded.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -72,6 +73,9 @@ def render(res: dict[str, Any]) -> str:
     lines += ["", "### Streams at the client", "", *_streams_table(res["counts"])]
     if failures:
         lines += ["", "First failures:", "", *(f"- `{f}`" for f in failures[:10])]
+    for slow in res.get("slow", [])[:5]:  # what the proxy held for a stream the client found slow
+        lines += ["", f"Slow {slow['kind']} stream {slow['plan']}: the proxy had",
+                  "", f"    {json.dumps(slow['proxy'])[:1500]}"]
     lines += ["", f"Stream duration at the client (the slower half): p50 {_f(p50, 2)} s, "
               f"p99 {_f(p99, 2)} s.", "",
               "### Time series", "", *_series(res), "",

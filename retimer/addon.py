@@ -30,7 +30,7 @@ from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
 from .protocols.generic import GenericStreamAdapter
 from .protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
-from .flows import destination_host, is_stream_response, stream_record
+from .flows import destination_host, is_answer_with_body, is_stream_response, stream_record
 from .records import RecordLog
 from .scheduler import NoTiming
 from .strategy import Strategy, parse_strategy
@@ -211,6 +211,10 @@ class Retimer:
         if response is None or flow.websocket is not None:
             return
         request = flow.request
+        if not is_answer_with_body(flow):
+            if is_stream_response(response):
+                response.stream = True  # a stream is never buffered whole, paced or not
+            return
         content_type = response.headers.get("content-type", "")
         shape = RequestShape(
             method=request.method,
@@ -225,7 +229,7 @@ class Retimer:
             if not is_stream_response(response):
                 return  # not a stream: mitmproxy handles it as usual
             response.stream = True  # a stream is never buffered whole, paced or not
-            if not (is_llm_host(destination_host(flow)) and response.status_code == 200):
+            if not is_llm_host(destination_host(flow)):
                 return
             adapter = fallback_adapter(content_type)
             if adapter is None:
@@ -243,9 +247,10 @@ class Retimer:
         if "content-encoding" in response.headers:
             del response.headers["content-encoding"]  # the re-timed body is sent decoded
         if "content-length" in response.headers:
-            # split events change the body's length: frame it by chunks (HTTP/1) or frames (h2)
+            # split events change the body's length: frame it by chunks (an HTTP/1.1 client),
+            # by frames (h2), or, where HTTP/1.0 is spoken, by closing the connection
             del response.headers["content-length"]
-            if response.http_version.startswith("HTTP/1"):
+            if request.http_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
                 response.headers["transfer-encoding"] = "chunked"
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)

@@ -52,6 +52,7 @@ ResponseData = http_layer.ResponseData
 ResponseEndOfMessage = http_layer.ResponseEndOfMessage
 ResponseProtocolError = http_layer.ResponseProtocolError
 RequestProtocolError = http_layer.RequestProtocolError
+ErrorCode = http_layer.ErrorCode
 
 WebsocketLayer = ws_layer.WebsocketLayer
 
@@ -163,6 +164,7 @@ def check_internals() -> None:
         "layers.http.SendHttp": getattr(http_layer, "SendHttp", None),
         "layers.http.ResponseData": getattr(http_layer, "ResponseData", None),
         "layers.http.ResponseEndOfMessage": getattr(http_layer, "ResponseEndOfMessage", None),
+        "layers.http.ErrorCode": getattr(http_layer, "ErrorCode", None),
         "events.Wakeup": getattr(events, "Wakeup", None),
         "WebsocketLayer.handle_event": getattr(WebsocketLayer, "handle_event", None),
         "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
@@ -283,11 +285,18 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
                 f"{self.flow.request.pretty_host} ({failure}); "
                 "passing the rest through unchanged"
             )
+        if paced.pacer.broken is not None:
+            yield from _break(self, paced, now)
+            return
         _account(paced)
         _check_caps(self, paced, now)
         yield from _emit(self, paced)
     elif isinstance(event, ResponseEndOfMessage) and streaming:
-        paced.pacer.finish(time.monotonic())
+        now = time.monotonic()
+        paced.pacer.finish(now)
+        if paced.pacer.broken is not None:
+            yield from _break(self, paced, now)
+            return
         paced.held_end = event
         yield from _emit(self, paced)
     elif isinstance(event, ResponseProtocolError):
@@ -301,6 +310,22 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
         yield from _original_handle_event(self, event)
     else:
         yield from _original_handle_event(self, event)
+
+
+def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:
+    """The body cannot be decoded (its Content-Encoding header is already gone): the client
+    gets everything decoded so far, then a broken connection, as a client reading the upstream
+    directly would fail; never the undecodable bytes with a clean end."""
+    logger.warning(
+        f"retimer: the {paced.pacer.adapter.name} stream from {self.flow.request.pretty_host} "
+        f"is corrupt ({paced.pacer.broken}); the client gets what was decoded, then an error"
+    )
+    yield from _send(self, paced, paced.pacer.abort(now), now)
+    _finish(paced, "upstream-error")
+    assert _original_handle_event is not None
+    error = ResponseProtocolError(self.stream_id, f"retimer: {paced.pacer.broken}",
+                                  ErrorCode.GENERIC_SERVER_ERROR)
+    yield from _original_handle_event(self, error)
 
 
 def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:

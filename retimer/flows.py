@@ -44,6 +44,17 @@ def is_stream_response(response: http.Response) -> bool:
     return any(t in ctype for t in STREAM_TYPES)
 
 
+def is_answer_with_body(flow: http.HTTPFlow) -> bool:
+    """A successful response that carries a body: the only kind retimer re-times. Errors
+    (their bodies explain the failure: delaying them helps nobody), 204/205, 304 and answers
+    to HEAD pass as they come."""
+    response = flow.response
+    return (
+        response is not None and 200 <= response.status_code < 300
+        and response.status_code not in (204, 205) and flow.request.method.upper() != "HEAD"
+    )
+
+
 def stream_record(
     flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
     outcome: str, index: int | None = None,

@@ -54,6 +54,9 @@ class StreamPacer:
         self.adapter = adapter
         self.decoder = decoder
         self.failure: str | None = None  # set when the stream fell back to pass-through
+        # set when the body cannot be decoded (corrupt or cut-off compression): the client can
+        # no longer decode it either, so the caller ends the stream as broken (`abort`)
+        self.broken: str | None = None
         self.captured: bytearray | None = None  # set to a bytearray to keep the decoded body
         self._unparsed = bytearray()  # bytes fed to the adapter that no event has covered yet
         self.timing = timing
@@ -89,12 +92,14 @@ class StreamPacer:
     def feed(self, data: bytes, now: float) -> None:
         """Upstream bytes arrived at `now`."""
         self.stats.upstream_bytes(now)
+        if self.broken is not None:
+            return
         if self.decoder is not None:
             try:
                 data = self.decoder.decode(data)
-            except Exception as e:  # the body is sent decoded: nothing better is left to do
-                self.decoder = None
-                self._fail_open(e, now)
+            except ValueError as e:
+                self.broken = str(e)
+                return
         if self.captured is not None:
             self.captured += data
         if len(self._head) < 3:
@@ -114,6 +119,13 @@ class StreamPacer:
         """The upstream ended cleanly at `now`: whatever is left goes out."""
         if self._finished:
             return
+        if self.decoder is not None and self.broken is None:
+            try:
+                self.decoder.end()
+            except ValueError as e:
+                self.broken = str(e)
+        if self.broken is not None:
+            return  # not a clean end after all: the caller aborts
         self._finished = True
         if self.failure is None:
             try:

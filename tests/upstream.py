@@ -8,7 +8,9 @@ Routes (query strings ignored for routing):
   anything else              -> 200 {"ok": true, "method": ..., "path": <raw target>}
 A request header `x-fake-fixture: <path under tests/fixtures/streams>` streams that file instead,
 on any route. The delivery plan can be overridden per request with `x-fake-bursts`,
-`x-fake-burst-gap`, `x-fake-event-gap`, `x-fake-gzip` (0/1) and `x-fake-close` (0/1).
+`x-fake-burst-gap`, `x-fake-event-gap`, `x-fake-gzip` (0/1) and `x-fake-close` (0/1);
+`x-fake-encoding` picks a Content-Encoding as servers really send it (see `BodyEncoder`),
+including broken ones.
 Faults, per request: `x-fake-abort-after: N` cuts the connection after N body pieces
 (`x-fake-abort: rst` resets it, `fin` closes it; either way no end of message), `x-fake-error-after: N`
 sends the API's error event after N pieces and ends cleanly, `x-fake-forever: 1` drips endless
@@ -448,12 +450,14 @@ class FakeLLM:
             pieces = [*pieces[:error_after], _error_event(rec.path)]
         forever = self._opt(headers, "x-fake-forever", False)
         plan = itertools.chain(pieces[:1], _endless_openai()) if forever else iter(pieces)
-        use_gzip = self._opt(headers, "x-fake-gzip", self.gzip) and not forever
+        encoding = headers.get("x-fake-encoding") or (
+            "gzip" if self._opt(headers, "x-fake-gzip", self.gzip) else "")
+        encoder = BodyEncoder(encoding, len(pieces)) if encoding and not forever else None
         close = self._opt(headers, "x-fake-close", self.close)
         rec.response_body = body
         hdrs = [("content-type", ctype), ("cache-control", "no-cache")]
-        if use_gzip:
-            hdrs.append(("content-encoding", "gzip"))
+        if encoder is not None:
+            hdrs.append(("content-encoding", encoder.header))
         if close:
             hdrs.append(("connection", "close"))
             head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in hdrs) + "\r\n"
@@ -463,7 +467,6 @@ class FakeLLM:
         await writer.drain()
         if self.first_delay:
             await asyncio.sleep(self.first_delay)
-        gz = zlib.compressobj(wbits=31) if use_gzip else None
         for i, piece in enumerate(plan):
             if i and gap:
                 if watch is not None:
@@ -476,10 +479,7 @@ class FakeLLM:
                 rec.aborted = True
                 _cut(writer, headers.get("x-fake-abort", "rst"))
                 return
-            data = piece
-            if gz:
-                data = gz.compress(piece) + (gz.flush() if i == len(pieces) - 1
-                                             else gz.flush(zlib.Z_SYNC_FLUSH))
+            data = encoder.encode(piece, i) if encoder is not None else piece
             writer.write(data if close else (conn.send(h11.Data(data=data)) or b""))
             await writer.drain()
             with self._lock:
@@ -498,6 +498,51 @@ class FakeLLM:
         with self._done:
             rec.done = True
             self._done.notify_all()
+
+
+class BodyEncoder:
+    """The body pieces compressed as `kind` says, piece by piece as a streaming server does:
+
+    gzip, deflate (zlib-wrapped), deflate-raw (no zlib wrapper, sent as `deflate` by many
+    servers), br: one stream flushed after each piece; gzip-members, zstd-frames: a member or
+    frame per piece; gzip-corrupt: one stream with bytes flipped in the middle piece;
+    gzip-truncated: one stream that never gets its end (no final block, no trailer).
+    """
+
+    def __init__(self, kind: str, pieces: int) -> None:
+        import brotli
+
+        self.kind, self.pieces = kind, pieces
+        self.header = {"deflate-raw": "deflate", "gzip-members": "gzip", "zstd-frames": "zstd",
+                       "gzip-corrupt": "gzip", "gzip-truncated": "gzip"}.get(kind, kind)
+        wbits = {"gzip": 31, "gzip-corrupt": 31, "gzip-truncated": 31, "deflate": 15,
+                 "deflate-raw": -15}.get(kind)
+        self._z = zlib.compressobj(wbits=wbits) if wbits is not None else None
+        self._br = brotli.Compressor() if kind == "br" else None
+        if wbits is None and kind not in ("br", "gzip-members", "zstd-frames"):
+            raise ValueError(f"unknown x-fake-encoding {kind!r}")
+
+    def encode(self, piece: bytes, i: int) -> bytes:
+        last = i == self.pieces - 1
+        if self.kind == "gzip-members":
+            import gzip
+
+            return gzip.compress(piece)
+        if self.kind == "zstd-frames":
+            try:
+                from compression import zstd  # type: ignore[import-not-found]
+            except ImportError:
+                from backports import zstd  # type: ignore[no-redef]
+            return zstd.compress(piece)
+        if self._br is not None:
+            return self._br.process(piece) + (self._br.finish() if last else self._br.flush())
+        assert self._z is not None
+        end = last and self.kind != "gzip-truncated"
+        data = self._z.compress(piece) + self._z.flush(zlib.Z_FINISH if end else zlib.Z_SYNC_FLUSH)
+        if self.kind == "gzip-corrupt" and i == self.pieces // 2:
+            mid = len(data) // 2
+            data = data[:mid] + bytes(b ^ 0x5A for b in data[mid:mid + 24]) + data[mid + 24:]
+        return data
 
 
 def _error_event(path: str) -> bytes:
