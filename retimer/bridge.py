@@ -278,13 +278,7 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
     if isinstance(event, ResponseData) and streaming:
         now = time.monotonic()
         paced.pacer.feed(event.data, now)
-        if not paced.warned and (failure := paced.pacer.fallback):
-            paced.warned = True
-            logger.warning(
-                f"retimer: cannot parse the {paced.pacer.adapter.name} stream from "
-                f"{self.flow.request.pretty_host} ({failure}); "
-                "passing the rest through unchanged"
-            )
+        _warn_once(self, paced)
         if paced.pacer.broken is not None:
             yield from _break(self, paced, now)
             return
@@ -297,6 +291,7 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
         if paced.pacer.broken is not None:
             yield from _break(self, paced, now)
             return
+        _warn_once(self, paced)
         paced.held_end = event
         yield from _emit(self, paced)
     elif isinstance(event, ResponseProtocolError):
@@ -310,6 +305,21 @@ def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command,
         yield from _original_handle_event(self, event)
     else:
         yield from _original_handle_event(self, event)
+
+
+def _warn_once(self: Any, paced: PacedFlow) -> None:
+    """One warning per stream: it fell back to pass-through, or it carried a malformed part."""
+    if paced.warned:
+        return
+    pacer, host = paced.pacer, self.flow.request.pretty_host
+    if failure := pacer.fallback:
+        paced.warned = True
+        logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from {host} "
+                       f"({failure}); passing the rest through unchanged")
+    elif anomaly := pacer.adapter.anomaly:
+        paced.warned = True
+        logger.warning(f"retimer: the {pacer.adapter.name} stream from {host} has {anomaly}; "
+                       "passed on unchanged")
 
 
 def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:

@@ -24,6 +24,7 @@ from .strategy import SmoothPlan, Strategy
 from .tokenizer import split_tokens
 
 CAP_PREFIX = "buffer cap"  # how a `release` reason for a reached buffer cap begins
+BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(slots=True)
@@ -67,7 +68,9 @@ class StreamPacer:
         self.stats = StreamStats(start=start, target_ttft=timing.ttft)
         self._queue: deque[Emission] = deque()
         self._queued_bytes = 0  # bytes in _queue and _open: scheduled, not yet popped
-        self._head = b""  # the first decoded bytes (a BOM there makes keep-alives unsafe)
+        # the first decoded bytes while they may still be a UTF-8 BOM (None once settled): a
+        # BOM leaves at once on its own, so nothing (a keep-alive, a split) can come before it
+        self._lead: bytes | None = b""
         self._sent_any = False
         self.keepalives = 0  # keep-alive comments sent while bytes were held
         self.released_early = 0  # emissions sent before their time to keep a client alive
@@ -102,8 +105,26 @@ class StreamPacer:
                 return
         if self.captured is not None:
             self.captured += data
-        if len(self._head) < 3:
-            self._head += data[: 3 - len(self._head)]
+        if self._lead is not None:
+            data = self._settle_lead(data, now, final=False)
+            if not data:
+                return
+        self._parse(data, now)
+
+    def _settle_lead(self, data: bytes, now: float, final: bool) -> bytes:
+        """Take a leading BOM off the body and send it now; the bytes that follow it."""
+        assert self._lead is not None
+        lead = self._lead + data
+        if not final and len(lead) < len(BOM) and BOM.startswith(lead):
+            self._lead = lead
+            return b""
+        self._lead = None
+        if lead.startswith(BOM):
+            self._push(Emission(now, BOM, 0, None))
+            return lead[len(BOM):]
+        return lead
+
+    def _parse(self, data: bytes, now: float) -> None:
         if self.failure is None:
             try:
                 self._unparsed += data
@@ -126,6 +147,8 @@ class StreamPacer:
                 self.broken = str(e)
         if self.broken is not None:
             return  # not a clean end after all: the caller aborts
+        if self._lead:  # a body shorter than a BOM
+            self._parse(self._settle_lead(b"", now, final=True), now)
         self._finished = True
         if self.failure is None:
             try:
@@ -160,6 +183,8 @@ class StreamPacer:
         """The upstream broke off: everything that arrived, in order, to send at once (held
         events, then a trailing partial event verbatim). The stream is over after this."""
         if not self._finished:
+            if self._lead:
+                self._parse(self._settle_lead(b"", now, final=True), now)
             self._finished = True
             if self.failure is None:
                 try:
@@ -198,13 +223,14 @@ class StreamPacer:
         """The client has had nothing for a while and bytes are held: keep it alive.
 
         The adapter's keep-alive (an SSE comment) when the format has one and it is safe here
-        (parsing intact, and not before a leading BOM); else, with `release`, the next held
+        (parsing intact, and never before the body's first bytes are settled: they may be the
+        start of a BOM, which must come first); else, with `release`, the next held
         emission early. [] when neither applies.
         """
         if not self.holding:
             return []
         data = self.adapter.keepalive() if self.fallback is None else None
-        if data is not None and (self._sent_any or not self._head.startswith(b"\xef\xbb")):
+        if data is not None and not self._lead:
             self.keepalives += 1
             return [Emission(now, data, 0, None)]
         if not release:

@@ -110,9 +110,36 @@ def test_idle_sse_keepalive_is_a_comment_only_while_bytes_are_held():
     assert pacer.next_due() == pytest.approx(10.0)  # nothing was taken from the schedule
 
 
-def test_idle_keepalive_never_precedes_a_bom_nor_follows_a_parse_failure():
-    pacer = held_pacer(b"\xef\xbb\xbf" + make_openai_stream("one two"))
-    assert pacer.idle(1.0) == []
+@pytest.mark.parametrize("cut", range(0, 5))
+def test_a_bom_leaves_first_and_alone_then_keepalives_may_follow(cut: int):
+    """A keep-alive before (or inside) a leading BOM would turn it into a stray character in
+    the middle of the stream, where SSE parsers no longer drop it: the BOM goes out at once,
+    by itself, and no keep-alive is given while the first bytes could still be one."""
+    body = b"\xef\xbb\xbf" + make_openai_stream("one two")
+    pacer = StreamPacer(OpenAIChatAdapter(), FixedTiming(), 0.0)
+    pacer.feed(body[:cut], 0.1)
+    if cut < 3:
+        assert pacer.idle(1.0) == [] and pacer.pop_due(1.0) == []
+        pacer.feed(body[cut:], 0.2)
+    else:
+        pacer.feed(body[cut:], 0.2)
+    first = pacer.pop_due(0.2)
+    assert first[0].data == b"\xef\xbb\xbf" and first[0].due <= 0.2
+    (ka,) = pacer.idle(1.0)
+    assert ka.data == b": keep-alive\n\n"
+    pacer.finish(0.3)
+    rest = b"".join(e.data for e in first[1:] + pacer.pop_all())
+    assert not rest.startswith(b"\xef") and sse_text(rest) == "one two"
+
+
+def test_a_body_shorter_than_a_bom_still_arrives():
+    pacer = StreamPacer(OpenAIChatAdapter(), FixedTiming(), 0.0)
+    pacer.feed(b"\xef\xbb", 0.1)
+    pacer.finish(0.2)
+    assert b"".join(e.data for e in pacer.pop_all()) == b"\xef\xbb"
+
+
+def test_idle_keepalive_never_follows_a_parse_failure():
     pacer = held_pacer(make_openai_stream("one two"))
     pacer.release("cap", 0.2)
     pacer.feed(b"data: {", 0.3)

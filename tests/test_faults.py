@@ -271,6 +271,22 @@ def test_stall_past_client_idle_timeout_is_kept_alive_with_sse_comments(
     assert record["keepalives"] >= 3 and record["outcome"] == "complete"
 
 
+def test_a_body_with_a_bom_is_kept_alive_too(tmp_path: Path, fake: FakeLLM):
+    """The BOM leaves at once and alone; the keep-alives follow it, never precede it."""
+    fake.openai_body = b"\xef\xbb\xbf" + fake.openai_body
+    fake.per_event_gap = None
+    headers = {"x-fake-bursts": "2", "x-fake-burst-gap": "2.5"}
+    args = (*SLOW, "--tps", "2000", "--strategy", "replay", "--set", "retimer_keepalive=400ms")
+    with RetimerProxy(tmp_path, *args) as proxy:
+        with httpx.Client(proxy=proxy.url, timeout=httpx.Timeout(10.0, read=1.0)) as c:
+            with c.stream("POST", fake.url + "/v1/chat/completions", json={},
+                          headers=headers) as r:
+                got, error = read_until_error(r)
+    assert error is None
+    assert got.startswith(b"\xef\xbb\xbf: keep-alive\n\n")
+    assert got.count(b"\xef\xbb\xbf") == 1 and sse_text(got[3:]) == WORDS
+
+
 def test_ndjson_gets_no_comments_but_idle_release_keeps_it_alive(tmp_path: Path, fake: FakeLLM):
     """NDJSON has no ignorable line: no keep-alive bytes are ever added. With idle release the
     next held line goes early instead, so a client with a short read timeout survives a long

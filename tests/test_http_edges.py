@@ -8,6 +8,7 @@ the status line, the framing and when the connection closes.
 from __future__ import annotations
 
 import json
+import random
 import re
 import socket
 import threading
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 from inproc_proxy import InProcessProxy
+from proxy import RetimerProxy
 from test_faults import sse_text
 from upstream import make_openai_stream
 
@@ -25,6 +27,9 @@ from retimer import bridge
 
 WORDS = " ".join(f"w{i}" for i in range(120))
 BODY = make_openai_stream(WORDS, words_per_chunk=3)
+JUNK = random.Random(7).randbytes(6000).replace(b"\xef", b"\x00")  # no BOM by chance
+_EVENTS = BODY.split(b"\n\n")
+NOT_JSON = b"\n\n".join([*_EVENTS[:10], b'data: {"choices": [{"delta": {"content": "x', *_EVENTS[10:]])
 PACED = ("--profile", "gpt-5", "--ttft", "1500ms", "--tps", "400", "--jitter", "0")
 
 
@@ -84,6 +89,8 @@ def upstream() -> Iterator[RawUpstream]:
         "/rate-limited/v1/chat/completions": response("429 Too Many Requests", BODY, SSE),
         "/failed/v1/chat/completions": response("500 Internal Server Error", BODY, SSE),
         "/old/v1/chat/completions": response("200 OK", BODY, SSE, version="HTTP/1.0"),
+        "/junk/v1/chat/completions": response("200 OK", JUNK, SSE),
+        "/not-json/v1/chat/completions": response("200 OK", NOT_JSON, SSE),
     })
     yield u
     u.close()
@@ -153,3 +160,25 @@ def test_http10_gets_a_close_delimited_body_never_chunks(
             assert sse_text(r.content) == WORDS
             assert ("transfer-encoding" in r.headers) == (path == "")
         assert len(proxy.records(2)) == 2
+
+
+@pytest.mark.parametrize("path,body,warning", [
+    ("/junk", JUNK, "has bytes that are not UTF-8 text; passed on unchanged"),
+    ("/not-json", NOT_JSON, "has an event whose data is not JSON; passed on unchanged"),
+])
+def test_malformed_streams_pass_unchanged_with_one_warning(
+    tmp_path: Path, upstream: RawUpstream, path: str, body: bytes, warning: str
+) -> None:
+    with RetimerProxy(tmp_path, *PACED) as proxy, httpx.Client(proxy=proxy.url) as c:
+        for _ in range(2):  # one warning per stream
+            r = c.post(f"{upstream.url}{path}/v1/chat/completions", json={})
+            assert r.status_code == 200
+            if path == "/junk":
+                assert r.content == body
+            else:  # the good events around the broken one are still re-timed, text intact
+                assert sse_text(r.content) == sse_text(body) != ""
+                assert r.content.count(b"data: ") > body.count(b"data: ")
+        proxy.records(2)
+        logged = proxy.stderr()
+    assert logged.count(warning) == 2, logged
+    assert "Traceback" not in logged

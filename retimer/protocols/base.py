@@ -90,6 +90,19 @@ class Adapter(ABC):
         """Why the adapter gave up parsing and passes the rest through itself (None: it did not)."""
         return None
 
+    @property
+    def anomaly(self) -> str | None:
+        """The first malformed part the adapter passed on unchanged while parsing on (an event
+        that is not JSON, bytes that are not UTF-8): worth one warning, not a fallback."""
+        return self._anomaly
+
+    _anomaly: str | None = None
+
+    def _note(self, anomaly: str) -> None:
+        """Keep the first anomaly (the caller warns once per stream)."""
+        if self._anomaly is None:
+            self._anomaly = anomaly
+
     @abstractmethod
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         """Serialise `event` as len(pieces) valid events whose texts are `pieces`, in order.

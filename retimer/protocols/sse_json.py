@@ -44,13 +44,18 @@ class SSEJSONAdapter(Adapter):
         return SSE_KEEPALIVE
 
     def _event(self, sse: SSEEvent) -> Event:
-        """Decode the JSON payload; anything malformed becomes a non-token event."""
+        """Decode the JSON payload; anything malformed becomes a non-token event (noted)."""
+        try:
+            sse.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self._note("bytes that are not UTF-8 text")
+            return Event(raw=sse.raw)
         if not sse.complete or not sse.data or sse.data == "[DONE]":
             return Event(raw=sse.raw)
         try:
-            sse.raw.decode("utf-8")
             obj = json.loads(sse.data)
         except (ValueError, RecursionError):
+            self._note("an event whose data is not JSON")
             return Event(raw=sse.raw)
         if not isinstance(obj, dict):
             return Event(raw=sse.raw)
