@@ -244,23 +244,32 @@ def _ws_handle_event(self: Any, event: events.Event) -> Generator[commands.Comma
     if from_server and (held.deferred or held.holding()):
         held.deferred.append(event)
         return
-    if from_server and isinstance(event, events.DataReceived) and not held.scanner.seen:
-        cut = held.scanner.close_offset(event.data)
-        if cut is not None:
-            held.deferred.append(events.DataReceived(event.connection, event.data[cut:]))
-            if not cut:
-                yield from _replay(self, held)
-                return
-            event = events.DataReceived(event.connection, event.data[:cut])
-    yield from _original_ws_handle_event(self, event)
+    if from_server:
+        yield from _deliver(self, held, event)
+    else:
+        yield from _original_ws_handle_event(self, event)
     yield from _replay(self, held)
 
 
-def _replay(self: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
+def _deliver(self: Any, held: HeldWebSocket, event: events.Event) -> Generator[commands.Command, Any, None]:
+    """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
+    the scanner sees the whole stream: a close frame found in it waits at the head of the
+    deferred events, behind the messages the same read carried (they get held first)."""
     assert _original_ws_handle_event is not None
+    if isinstance(event, events.DataReceived) and not held.scanner.seen:
+        cut = held.scanner.close_offset(event.data)
+        if cut is not None:
+            held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
+            if not cut:
+                return
+            event = events.DataReceived(event.connection, event.data[:cut])
+    yield from _original_ws_handle_event(self, event)
+
+
+def _replay(self: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
     # replay what waited once everything held is out (and no hook reply is pending)
     while held.deferred and not self._paused and not held.holding():
-        yield from _original_ws_handle_event(self, held.deferred.pop(0))
+        yield from _deliver(self, held, held.deferred.pop(0))
 
 
 def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:

@@ -214,6 +214,30 @@ def test_server_close_waits_for_held_messages(proxy: RetimerProxy) -> None:
             client.close()
 
 
+def test_a_close_read_with_a_later_turn_waits_for_every_held_turn(proxy: RetimerProxy) -> None:
+    """The server greets (turn 0, held for its TTFT), then answers the client's message and
+    closes in one write while turn 0 is still held: both turns reach the client, then the
+    close (the close frame is found in bytes that were themselves waiting)."""
+    greeting = [(json.dumps({"type": "session.created", "event_id": "g0"}), True),
+                (json.dumps({"type": "response.output_text.delta", "event_id": "g1",
+                             "delta": "hello there"}), True),
+                (json.dumps({"type": "response.done", "event_id": "g2"}), True)]
+    with FakeWSLLM([reply(close_after=True)], greeting=greeting) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime")
+        try:
+            sent = client.send(json.dumps({"type": "response.create"}))
+            first = client.receive_until('"g2"')
+            rest = client.receive_until('"end"')
+            _check_turn(rest, sent)
+            assert client.receive_until("never") == []
+            assert client.closed_by_server and client.close_code == 1000
+        finally:
+            client.close()
+    objs = [json.loads(r.data) for r in first]
+    assert objs[0]["type"] == "session.created" and objs[-1]["type"] == "response.done"
+    assert "".join(o.get("delta", "") for o in objs) == "hello there"
+
+
 def test_other_websockets_are_untouched(proxy: RetimerProxy, tmp_path: Path) -> None:
     with FakeWSLLM([reply()]) as server:
         client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/socket.io/")

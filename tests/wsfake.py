@@ -29,6 +29,7 @@ class WSReply:
 class FakeWSLLM:
     replies: list[WSReply]
     port: int = 0
+    greeting: list[tuple[bytes | str, bool]] = field(default_factory=list)  # sent on accept
     received: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -73,6 +74,8 @@ class FakeWSLLM:
                 for event in ws.events():
                     if isinstance(event, Request):
                         out += ws.send(AcceptConnection())
+                        for payload, _ in self.greeting:
+                            out += ws.send(Message(data=payload))
                     elif isinstance(event, TextMessage):
                         self.received.append(event.data)
                         reply = self.replies[min(turn, len(self.replies) - 1)]
