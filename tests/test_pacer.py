@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -210,3 +211,36 @@ def test_gzip_body_is_decoded_before_parsing() -> None:
         pacer.feed(body[i : i + 7], now=0.0)
     pacer.finish(now=0.0)
     assert text_of(b"".join(e.data for e in drain(pacer))) == text_of(BODY)
+
+
+HUGE = {"x": "HUGE_NUMBER"}  # replaced by a literal json.dumps cannot produce
+
+
+@pytest.mark.parametrize("kind", ["openai-chat", "ollama", "websocket"])
+def test_a_number_beyond_a_double_keeps_its_event_whole_and_valid(kind: str) -> None:
+    """1e999 parses to inf, which Python would write back as `Infinity` (not JSON) in every
+    split piece: such an event passes whole, its literal intact, with one noted anomaly."""
+    import json
+
+    from retimer.protocols import OllamaAdapter, OpenAIChatAdapter
+    from retimer.protocols.websocket import WebSocketMessageAdapter, encode_message
+
+    content = "some words that would be split here"
+    if kind == "openai-chat":
+        obj = {"choices": [{"index": 0, "delta": {"content": content}}], **HUGE}
+        raw, adapter = f"data: {json.dumps(obj)}\n\n".encode(), OpenAIChatAdapter()
+    elif kind == "ollama":
+        obj = {"model": "m", "message": {"role": "assistant", "content": content}, "done": False,
+               **HUGE}
+        raw, adapter = (json.dumps(obj) + "\n").encode(), OllamaAdapter()
+    else:
+        obj = {"type": "response.output_text.delta", "delta": content, **HUGE}
+        raw = encode_message(json.dumps(obj).encode(), is_text=True)
+        adapter = WebSocketMessageAdapter()
+    raw = raw.replace(b'"HUGE_NUMBER"', b"1e999")
+    pacer = StreamPacer(adapter, FixedTiming(0.1, 0.01), start=0.0)
+    pacer.feed(raw, now=0.0)
+    pacer.finish(now=0.0)
+    out = b"".join(e.data for e in drain(pacer))
+    assert out == raw and b"Infinity" not in out
+    assert adapter.anomaly is not None or kind == "websocket"  # (its text is estimated)

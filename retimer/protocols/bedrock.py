@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from ..eventstream import EventStreamFramer, Frame
+from . import jsontext
 from .base import Adapter, Channel, Event, RequestShape, check_split
 from .generic import estimate_text
 from .sse_json import dumps, request_path
@@ -231,7 +231,7 @@ def _anthropic_event(frame: Frame, obj: dict[str, Any], inner: dict[str, Any], a
 def _json_object(data: bytes) -> dict[str, Any] | None:
     """The payload as a JSON object, or None for anything else (which then passes as is)."""
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = jsontext.loads(data.decode("utf-8"))
     except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, ClassVar
 
+from . import jsontext
 from .base import Adapter, Event, RequestShape, check_split
 from .gemini_sse import GeminiTextPart, classify_response, is_stream_generate, piece_response, wants_sse
 
@@ -199,8 +200,9 @@ class GeminiJSONArrayAdapter(Adapter):
         """Decode one element; anything malformed or without text is a non-token event."""
         body = raw[prefix_len:]
         try:
-            obj = json.loads(body.decode("utf-8"))
+            obj = jsontext.loads(body.decode("utf-8"))
         except (ValueError, RecursionError):
+            self._note("an array element that is not JSON")
             return Event(raw=raw)
         if not isinstance(obj, dict):
             return Event(raw=raw)

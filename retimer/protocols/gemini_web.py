@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl
 
+from . import jsontext
 from .base import Adapter, Channel, Event, RequestShape, check_split
 from .sse_json import request_path
 
@@ -195,12 +196,12 @@ class GeminiWebAdapter(Adapter):
         js = _JSON_WS.match(body).end()  # type: ignore[union-attr]
         je = len(body.rstrip(" \t\n\r"))
         try:
-            outer = json.loads(body[js:je]) if js < je else None
+            outer = jsontext.loads(body[js:je]) if js < je else None
             entry = outer[0] if isinstance(outer, list) and outer else None
             if not (isinstance(entry, list) and len(entry) > 2 and entry[0] == "wrb.fr"
                     and isinstance(entry[2], str)):
                 return Event(raw=raw)
-            inner = json.loads(entry[2])
+            inner = jsontext.loads(entry[2])
         except (ValueError, RecursionError):
             return Event(raw=raw)
         candidates = inner[4] if isinstance(inner, list) and len(inner) > 4 else None

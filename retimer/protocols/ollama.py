@@ -15,12 +15,12 @@ unterminated final line stays unterminated, as Ollama sends it).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..ndjson import NDJSONLine, NDJSONParser, is_ndjson
+from . import jsontext
 from .base import Adapter, Channel, Event, RequestShape, check_split
 from .sse_json import dumps, request_path
 
@@ -80,8 +80,9 @@ class OllamaAdapter(Adapter):
         if line.text is None or not line.text.strip():
             return Event(raw=line.raw)
         try:
-            obj = json.loads(line.text.lstrip("\ufeff"))
+            obj = jsontext.loads(line.text.lstrip("\ufeff"))
         except (ValueError, RecursionError):
+            self._note("a line that is not JSON")
             return Event(raw=line.raw)
         if not isinstance(obj, dict) or "error" in obj:
             return Event(raw=line.raw)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ..sse import SSEEvent, SSEParser, format_event, is_event_stream
+from . import jsontext
 from .base import Adapter, Event, RequestShape, check_split
 
 
@@ -53,7 +54,7 @@ class SSEJSONAdapter(Adapter):
         if not sse.complete or not sse.data or sse.data == "[DONE]":
             return Event(raw=sse.raw)
         try:
-            obj = json.loads(sse.data)
+            obj = jsontext.loads(sse.data)
         except (ValueError, RecursionError):
             self._note("an event whose data is not JSON")
             return Event(raw=sse.raw)

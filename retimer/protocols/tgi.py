@@ -18,10 +18,10 @@ serverless `/models/<id>`): a JSON body with a string `inputs` and `"stream": tr
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from ..sse import SSEEvent, is_event_stream
+from . import jsontext
 from .base import Channel, Event, RequestShape
 from .sse_json import SSEJSONAdapter, request_path
 
@@ -59,7 +59,7 @@ def _tgi_body(body: bytes) -> bool:
     if not body.lstrip().startswith(b"{"):
         return False
     try:
-        obj = json.loads(body)
+        obj = jsontext.loads(body)
     except (ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and isinstance(obj.get("inputs"), str) and obj.get("stream") is True

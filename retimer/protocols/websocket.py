@@ -16,13 +16,13 @@ carry no tokens and keep their place in the order.
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from . import jsontext
 from .base import Adapter, Channel, Event, RequestShape, check_split
 from .generic import GenericStreamAdapter
 from .sse_json import dumps
@@ -140,7 +140,7 @@ class WebSocketMessageAdapter(Adapter):
             upstream_size = None
         try:
             text = payload.decode("utf-8")
-            obj = json.loads(text)
+            obj = jsontext.loads(text)
         except (ValueError, RecursionError):
             return self._estimated(record, payload, upstream_size)
         found = _find_text(obj) if isinstance(obj, dict) else None

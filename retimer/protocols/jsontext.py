@@ -1,0 +1,27 @@
+"""JSON as the adapters read it: only what they can write back as the same JSON.
+
+A split event is parsed and re-serialised, so a value that Python would write back differently
+in kind must keep the event whole: a number beyond a double's range parses to `inf` and would
+come back as `Infinity`, which no strict JSON parser accepts. Such text raises ValueError here,
+and the adapters pass the event on unchanged, as they do any malformed event.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+__all__ = ["loads"]
+
+
+def _float(literal: str) -> float:
+    value = float(literal)
+    if math.isinf(value):
+        raise ValueError(f"the number {literal[:24]} is beyond a double's range")
+    return value
+
+
+def loads(text: str | bytes) -> Any:
+    """json.loads, refusing numbers that would not survive a round trip as JSON numbers."""
+    return json.loads(text, parse_float=_float)
