@@ -1,7 +1,8 @@
 """The response cache addon (`--set retimer_cache=DIR`): store paced streams, replay hits.
 
 A paced stream that completed with status 200 is stored (its decoded upstream body, captured
-by the pacer). A later identical request (`retimer.cache.cache_key`) never reaches the
+by the pacer), unless it carried the API's error (a transient overload must not become the
+permanent answer) or passed anything on unparsed. A later identical request (`retimer.cache.cache_key`) never reaches the
 upstream: in the `request` hook the flow is pointed at a small replay server on loopback,
 which writes the cached response at once, and the Retimer addon paces it like any upstream
 stream, with the profile's timing from the moment the request reached the proxy.
@@ -268,7 +269,8 @@ class ResponseCache:
             self.store is None or flow.metadata.get(META) != "miss" or key is None
             or response is None or response.status_code != 200
             or record.get("outcome") != "complete"
-            or pacer.captured is None or pacer.failure is not None
+            or pacer.captured is None or pacer.fallback is not None
+            or pacer.adapter.api_error or pacer.adapter.anomaly is not None
         ):
             return
         entry = new_entry(

@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 from proxy import RetimerProxy
-from upstream import FakeLLM, make_openai_stream
+from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 from retimer.cache import (
     CacheEntry,
@@ -321,6 +321,24 @@ def test_hit_is_served_from_cache_at_profile_speed(tmp_path: Path, slow_fake: Fa
     assert hit_target - 2 <= hit["emitted"]["ttft_ms"] < hit_target + 150
     assert hit["emitted"]["tokens"] == miss["emitted"]["tokens"] > 40
     assert 100 < hit["emitted"]["tps"] < 400  # the profile's 200 tok/s, loosely
+
+
+@pytest.mark.parametrize("route", ["/v1/chat/completions", "/v1/messages"])
+def test_a_stream_that_carried_the_apis_error_is_not_stored(tmp_path: Path, route: str):
+    """An overload mid-stream is transient: the next identical request must reach the upstream."""
+    cache_dir = tmp_path / "cache"
+    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=4) as fake:
+        proxy = RetimerProxy(tmp_path / "p", *PACED, "--set", f"retimer_cache={cache_dir}")
+        with proxy, httpx.Client(proxy=proxy.url, timeout=20) as client:
+            for _ in range(2):
+                with client.stream("POST", fake.url + route, json=BODY,
+                                   headers={"x-fake-error-after": "2"}) as r:
+                    body = b"".join(r.iter_raw())
+                assert b"error" in body[-300:]
+            records = proxy.records(2)
+        assert len(fake.requests) == 2  # both reached the upstream
+    assert [r.get("cache") for r in records] == ["miss", "miss"]
+    assert list(cache_dir.glob("??/*.json")) == []
 
 
 def test_hit_is_byte_identical_with_passthrough(tmp_path: Path):

@@ -98,6 +98,14 @@ class Adapter(ABC):
 
     _anomaly: str | None = None
 
+    @property
+    def api_error(self) -> bool:
+        """The stream carried the API's own error (an error event, an exception frame): it
+        reaches the client as sent, but is no answer to keep (the response cache skips it)."""
+        return self._api_error
+
+    _api_error: bool = False
+
     def _note(self, anomaly: str) -> None:
         """Keep the first anomaly (the caller warns once per stream)."""
         if self._anomaly is None:

@@ -156,6 +156,8 @@ class BedrockEventStreamAdapter(Adapter):
     # -- classification --------------------------------------------------------------------
     def _event(self, frame: Frame) -> Event:
         """The Event for one frame; only JSON `event` messages can carry tokens."""
+        if frame.header(":message-type") in ("exception", "error"):
+            self._api_error = True
         if frame.header(":message-type") != "event" or frame.header(":content-type") not in (
             None, "application/json"
         ):

@@ -206,6 +206,8 @@ class GeminiJSONArrayAdapter(Adapter):
             return Event(raw=raw)
         if not isinstance(obj, dict):
             return Event(raw=raw)
+        if "error" in obj:
+            self._api_error = True
         texts, part = classify_response(obj)
         if not texts:
             return Event(raw=raw)

@@ -84,7 +84,10 @@ class OllamaAdapter(Adapter):
         except (ValueError, RecursionError):
             self._note("a line that is not JSON")
             return Event(raw=line.raw)
-        if not isinstance(obj, dict) or "error" in obj:
+        if not isinstance(obj, dict):
+            return Event(raw=line.raw)
+        if "error" in obj:
+            self._api_error = True
             return Event(raw=line.raw)
         message = obj.get("message")
         if isinstance(message, dict):

@@ -18,6 +18,8 @@ from .base import Adapter, Event, RequestShape, check_split
 
 
 SSE_KEEPALIVE = b": keep-alive\n\n"
+# `type` of the events that report a failed answer (Anthropic, OpenAI Responses)
+_ERROR_TYPES = ("error", "response.failed")
 
 
 class SplitTarget(Protocol):
@@ -60,6 +62,8 @@ class SSEJSONAdapter(Adapter):
             return Event(raw=sse.raw)
         if not isinstance(obj, dict):
             return Event(raw=sse.raw)
+        if sse.event == "error" or "error" in obj or obj.get("type") in _ERROR_TYPES:
+            self._api_error = True
         return self.classify(sse, obj)
 
     @abstractmethod
