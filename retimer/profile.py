@@ -138,19 +138,21 @@ class Profile:
         p = self
         if speed is not None:
             if math.isnan(v := _option(speed, parse_speed)):
-                raise ProfileError(f"--speed must be a positive factor like 0.5x, 2 or 200%, "
-                                   f"got {show(speed)}")
+                raise ProfileError(f"--speed must be a factor from 0.001x to 1000x like 0.5x, 2 "
+                                   f"or 200%, got {show(speed)}")
             p = p._faster(v)
         changes: dict[str, Any] = {}
         if ttft is not None:
             if math.isnan(v := _option(ttft, parse_duration)):
-                raise ProfileError(f"--ttft must be a positive duration, got {show(ttft)}")
+                raise ProfileError(f"--ttft must be a positive duration of at most 1 hour, "
+                                   f"got {show(ttft)}")
             assert p.ttft is not None
             changes.update(ttft=p.ttft.scaled(v / p.ttft.p50), prefill=None, prompt_cache=None,
                            reasoning=None)
         if tps is not None:
             if math.isnan(v := _option(tps, parse_rate)):
-                raise ProfileError(f"--tps must be a positive number of tokens/s, got {show(tps)}")
+                raise ProfileError(f"--tps must be a positive number of tokens/s (0.01 to "
+                                   f"1,000,000), got {show(tps)}")
             changes.update(tps=v, context=None)
         if jitter is not None:
             if math.isnan(v := _option(jitter, float, low_ok=True)):

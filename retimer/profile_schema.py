@@ -73,6 +73,14 @@ def plain(value: object) -> float:
     return math.nan if v is None else v
 
 
+# Beyond these a value is a typo, and would hold a client for ever (a 1e30-token "reasoning")
+MAX_SECONDS = 3600.0
+MIN_RATE, MAX_RATE = 0.01, 1e6
+MAX_TOKENS = 1e8
+MIN_SPEED, MAX_SPEED = 0.001, 1000.0
+_RATE_WHAT = "a positive number of tokens/s (0.01 to 1,000,000)"
+
+
 def parse_duration(value: str | int | float) -> float:
     """Seconds from "400ms", "2s", "1.5s", or a bare number, which means MILLISECONDS.
 
@@ -91,6 +99,8 @@ def parse_duration(value: str | int | float) -> float:
         raise ProfileError(f"invalid duration {show(value)} ({example})")
     if not math.isfinite(seconds) or seconds < 0:
         raise ProfileError(f"invalid duration {show(value)}: must be a finite, non-negative time")
+    if seconds > MAX_SECONDS:
+        raise ProfileError(f"invalid duration {show(value)}: must be at most 1 hour")
     return seconds
 
 
@@ -112,6 +122,9 @@ def parse_rate(value: str | int | float) -> float:
         num = float(m.group(1))
     if not (math.isfinite(num) and num > 0):
         raise ProfileError(f"invalid rate {show(value)}: must be a positive number of tokens/s")
+    if not MIN_RATE <= num <= MAX_RATE:
+        raise ProfileError(f"invalid rate {show(value)}: must be from {MIN_RATE:g} to "
+                           f"{MAX_RATE:,.0f} tokens/s")
     return num
 
 
@@ -123,6 +136,8 @@ def parse_tokens(value: str | int | float) -> float:
         if m is None:
             raise ProfileError(f"invalid token count {show(value)} (use e.g. 64000 or 64k)")
         num = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[(m.group(2) or "").lower()]
+    if num > MAX_TOKENS:
+        raise ProfileError(f"invalid token count {show(value)}: must be at most 100M")
     return num
 
 
@@ -136,6 +151,8 @@ def parse_speed(value: str | int | float) -> float:
         num = float(m.group(1)) / (100.0 if m.group(2) == "%" else 1.0)
     if not (math.isfinite(num) and num > 0):
         raise ProfileError(f"invalid speed {show(value)}: must be positive")
+    if not MIN_SPEED <= num <= MAX_SPEED:
+        raise ProfileError(f"invalid speed {show(value)}: must be from {MIN_SPEED:g}x to {MAX_SPEED:g}x")
     return num
 
 
@@ -149,6 +166,8 @@ def read_yaml(path: Path, where: str) -> object:
         return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except ProfileError as e:
         raise ProfileError(f"{where}: {e}") from None
+    except RecursionError:
+        raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -248,7 +267,7 @@ class _Reader:
         return QuantileShape(*q)
 
 
-_DUR = "a positive duration like 120ms or 1.5s"
+_DUR = "a positive duration of at most 1 hour, like 120ms or 1.5s"
 
 
 def parse_document(data: object, where: str) -> dict[str, Any]:
@@ -284,7 +303,7 @@ def parse_document(data: object, where: str) -> dict[str, Any]:
     out["ttft"] = r.quantiles("ttft", r.require("", top, "ttft"), _DUR, parse_duration)
     d = r.mapping("decode", r.require("", top, "decode"), ("tps", "gap"))
     out["tps"] = r.number("decode.tps", r.require("decode", d, "tps"),
-                          "a positive number of tokens/s", parse_rate)
+                          _RATE_WHAT, parse_rate)
     if "gap" in d:
         g = r.mapping("decode.gap", d["gap"], ("p90", "p99"))
         g90, g99 = (r.number(f"decode.gap.{k}", r.require("decode.gap", g, k),
@@ -330,7 +349,7 @@ def _chunking(r: _Reader, raw: object) -> tuple[tuple[int, float], ...]:
 def _prefill(r: _Reader, raw: object) -> PrefillSpec:
     m = r.mapping("prefill", raw, ("tps", "reference_tokens"))
     tps = r.number("prefill.tps", r.require("prefill", m, "tps"),
-                   "a positive number of tokens/s", parse_rate)
+                   _RATE_WHAT, parse_rate)
     ref = r.count("prefill.reference_tokens", m["reference_tokens"], 0) \
         if "reference_tokens" in m else 1000
     return PrefillSpec(tps, ref)
@@ -359,7 +378,7 @@ def _context(r: _Reader, raw: object) -> ContextSpec:
 def _reasoning(r: _Reader, raw: object) -> ReasoningSpec:
     m = r.mapping("reasoning", raw, ("hidden_tokens",))
     shape = r.quantiles("reasoning.hidden_tokens", r.require("reasoning", m, "hidden_tokens"),
-                        "a positive number of tokens", parse_tokens)
+                        "a positive number of tokens (at most 100M)", parse_tokens)
     return ReasoningSpec(shape)
 
 
