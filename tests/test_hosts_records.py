@@ -67,3 +67,34 @@ def test_record_log_appends_json_lines(tmp_path: Path) -> None:
     log.close()
     lines = (tmp_path / "sub" / "r.jsonl").read_text(encoding="utf-8").splitlines()
     assert [json.loads(x)["a"] for x in lines] == [1, 2]
+
+
+def test_a_record_log_on_a_full_disk_warns_once_and_never_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log = RecordLog("/dev/full")  # Linux's always-full device (CI runs on Linux)
+    for i in range(3):
+        log.write({"a": i, "pad": "x" * 10000})  # more than the file buffer: the write fails
+    log.close()
+    assert log.lost == 3
+    warnings = [r.getMessage() for r in caplog.records]
+    assert sum("cannot write the record log /dev/full" in w for w in warnings) == 1
+    assert any("3 record(s) could not be written" in w for w in warnings)
+
+
+def test_the_proxy_streams_on_when_its_log_cannot_be_written(tmp_path: Path) -> None:
+    import httpx
+    from proxy import RetimerProxy
+    from test_faults import sse_text
+    from upstream import FakeLLM, make_openai_stream
+
+    text = "the stream is delivered even when its record cannot be"
+    with FakeLLM(make_openai_stream(text), bursts=2) as fake:
+        proxy = RetimerProxy(tmp_path, "--profile", "groq", "--jitter", "0", "--log", "/dev/full")
+        with proxy, httpx.Client(proxy=proxy.url, timeout=20) as c:
+            for _ in range(2):
+                r = c.post(fake.url + "/v1/chat/completions", json={"stream": True})
+                assert sse_text(r.content) == text
+        err = proxy.stderr()
+    assert err.count("cannot write the record log /dev/full") == 1, err
+    assert "Traceback" not in err
