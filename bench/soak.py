@@ -76,6 +76,7 @@ class Sampler:
         self.phase = "idle-before"
         self.progress: dict[str, Any] = {"done": 0, "active": 0}
         self.slow: list[dict[str, Any]] = []  # streams the client found slow, with the proxy's view
+        self.held_at_idle: list[dict[str, Any]] = []  # streams the proxy held with no load on
         # one keep-alive connection for the probe: a constant one descriptor in the proxy
         self._probe = httpx.Client(proxy=proxy_url, timeout=10) if probe else None
         self._stop = threading.Event()
@@ -87,6 +88,11 @@ class Sampler:
                              "active": self.progress["active"]}
         if self._probe is not None:
             s.update(self._probe.get("http://retimer-soak.probe/").json())
+            if self.phase.startswith("idle"):  # nothing may be in flight: say what is
+                held = self.active()
+                s["held"] = len(held) if isinstance(held, list) else -1
+                if held and len(self.held_at_idle) < 5:
+                    self.held_at_idle.append({"phase": self.phase, "proxy": held})
         self.samples.append(s)
 
     def types(self) -> dict[str, int]:
@@ -171,6 +177,9 @@ def analyse(res: dict[str, Any]) -> dict[str, Any]:
             and out["threads"]["after"] <= out["threads"]["mid"],
     }
     checks["proxy log: no traceback"] = res.get("proxy_log", {}).get("tracebacks", 0) == 0
+    if any("held" in s for s in samples):
+        checks["no stream held in flight once the load has stopped (idle samples)"] = all(
+            s.get("held", 0) == 0 for s in samples if s["phase"] in ("idle-mid", "idle-after"))
     if "tasks" in out:
         tasks = out["tasks"]
         checks["tasks: idle count back to its level"] = (
@@ -241,6 +250,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         sampler.stop()
         res["samples"] = sampler.samples
         res["slow"] = sampler.slow
+        res["held_at_idle"] = sampler.held_at_idle
         res["records"] = records_summary(proxy.log_path)
         res["proxy_log"] = log_summary(proxy.stderr())
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())

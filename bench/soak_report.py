@@ -73,6 +73,9 @@ def render(res: dict[str, Any]) -> str:
     lines += ["", "### Streams at the client", "", *_streams_table(res["counts"])]
     if failures:
         lines += ["", "First failures:", "", *(f"- `{f}`" for f in failures[:10])]
+    for held in res.get("held_at_idle", [])[:3]:
+        lines += ["", f"Held by the proxy in phase {held['phase']} (no load on):",
+                  "", f"    {json.dumps(held['proxy'])[:1500]}"]
     for slow in res.get("slow", [])[:5]:  # what the proxy held for a stream the client found slow
         lines += ["", f"Slow {slow['kind']} stream {slow['plan']}: the proxy had",
                   "", f"    {json.dumps(slow['proxy'])[:1500]}"]
