@@ -401,3 +401,13 @@ def test_each_payload_text_is_found(name: str) -> None:
         expected = [(c, t) for c, t in (_chat_texts(obj) or _typed_texts(obj)) if t]
         assert list(event.texts) == expected, line[:200]
     assert any(e.texts for e in events) or "refusal" in name or "error" in name
+
+
+@pytest.mark.parametrize("name", PACED)
+def test_only_streams_with_the_apis_error_say_so(name: str) -> None:
+    """`api_error` keeps transient failures out of the response cache: it is set by the error
+    captures and by nothing else (ChatGPT's `"error": null` is no error)."""
+    adapter = factory(name)()
+    read(lambda: adapter, wire(name))
+    assert adapter.api_error == ("error" in name.rsplit("/", 1)[-1])
+    assert adapter.anomaly is None  # the real captures are well-formed

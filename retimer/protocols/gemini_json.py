@@ -206,7 +206,7 @@ class GeminiJSONArrayAdapter(Adapter):
             return Event(raw=raw)
         if not isinstance(obj, dict):
             return Event(raw=raw)
-        if "error" in obj:
+        if obj.get("error"):
             self._api_error = True
         texts, part = classify_response(obj)
         if not texts:

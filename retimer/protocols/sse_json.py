@@ -62,7 +62,7 @@ class SSEJSONAdapter(Adapter):
             return Event(raw=sse.raw)
         if not isinstance(obj, dict):
             return Event(raw=sse.raw)
-        if sse.event == "error" or "error" in obj or obj.get("type") in _ERROR_TYPES:
+        if sse.event == "error" or obj.get("error") or obj.get("type") in _ERROR_TYPES:
             self._api_error = True
         return self.classify(sse, obj)
 
