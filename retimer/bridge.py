@@ -347,9 +347,34 @@ def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Comman
     yield from _original_handle_event(self, error)
 
 
+def _upstream_gone(self: Any, paced: PacedFlow) -> bool:
+    """The upstream connection has ended, yet the stream got neither its end nor an error.
+
+    mitmproxy 12 can lose a connection's close: a server reader cancelled while it waits to
+    deliver data (a writer's failed drain cancels it) skips the ConnectionClosed event. A
+    plain proxy would leave that client waiting for its read timeout; a stream retimer keeps
+    alive with SSE comments would wait for ever. So a held stream checks on each wake."""
+    conn = getattr(self.flow, "server_conn", None)
+    return (
+        paced.held_end is None and not paced.pacer.done
+        and conn is not None and conn.timestamp_end is not None
+    )
+
+
 def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
     pacer = paced.pacer
     now = time.monotonic()
+    if _upstream_gone(self, paced):
+        logger.warning(f"retimer: the upstream connection of a stream from "
+                       f"{self.flow.request.pretty_host} closed without ending it; "
+                       "ending it as broken")
+        yield from _send(self, paced, pacer.abort(now), now)
+        _finish(paced, "upstream-error")
+        assert _original_handle_event is not None
+        lost = ResponseProtocolError(self.stream_id, "server connection lost",
+                                     ErrorCode.GENERIC_SERVER_ERROR)
+        yield from _original_handle_event(self, lost)
+        return
     due = pacer.flush(now) if _draining else pacer.pop_due(now + WINDOW_S)
     keepalive = settings.keepalive_s
     if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
@@ -369,6 +394,8 @@ def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]
         if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
             cap = min(cap, paced.last_send + keepalive)
         wake = cap if wake is None else min(wake, cap)
+    elif wake is None and paced.held_end is None:
+        wake = now + MAX_SLEEP_S  # waiting on the upstream: look again for a lost close
     if wake is None:
         return
     if paced.wakeups and min(paced.wakeups.values()) <= wake:

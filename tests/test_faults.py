@@ -197,6 +197,46 @@ def test_upstream_reset_over_h2_is_a_stream_reset(tmp_path: Path, tls_fake: Fake
     assert record["outcome"] == "upstream-error"
 
 
+@pytest.mark.parametrize("strategy", ["live", "replay"])
+def test_an_upstream_close_mitmproxy_never_reports_still_ends_the_stream(
+    tmp_path: Path, fake: FakeLLM, strategy: str
+):
+    """mitmproxy 12 can lose a server connection's close (its reader cancelled while waiting
+    to deliver data): the stream then never hears of it. The state that race leaves (the
+    server connection ended, no event) is made here by hand, mid-stream: with tokens held
+    (replay: SSE keep-alives would keep the client waiting for ever) and with none held
+    (live: the stream waits on the upstream). Either way the client gets a broken body soon."""
+    fake.per_event_gap = None
+    headers = {"x-fake-bursts": "2", "x-fake-burst-gap": "30"}  # the second burst never comes
+    with InProcessProxy(tmp_path, *SLOW, "--tps", "2000", "--strategy", strategy,
+                        "--set", "retimer_keepalive=400ms") as proxy:
+        with httpx.Client(proxy=proxy.url, timeout=httpx.Timeout(20.0, read=10.0)) as c:
+            with c.stream("POST", fake.url + "/v1/chat/completions", json={},
+                          headers=headers) as r:
+                chunks = r.iter_raw()
+                got = next(chunks)  # the first bytes: the role event or a keep-alive
+
+                def lose_the_close() -> None:
+                    ((flow, _),) = proxy.addon.active.values()
+                    flow.server_conn.timestamp_end = time.time()
+
+                proxy.call(lose_the_close)
+                lost_at = time.monotonic()
+                rest, error = b"", None
+                try:
+                    for chunk in chunks:
+                        rest += chunk
+                except httpx.HTTPError as e:
+                    error = e
+            ended_s = time.monotonic() - lost_at
+        (record,) = proxy.records(1, timeout=5)
+        assert proxy.call(lambda: (bridge.active(), len(proxy.addon.active))) == (0, 0)
+    assert isinstance(error, httpx.RemoteProtocolError)  # a broken body, never a clean end
+    assert ended_s < 3
+    assert WORDS.startswith(sse_text(got + rest)) and sse_text(got + rest) != ""
+    assert record["outcome"] == "upstream-error"
+
+
 def test_upstream_error_event_reaches_openai_sdk_after_the_text(tmp_path: Path, fake: FakeLLM):
     n = 30
     sent_text = sse_text(b"".join(split_events(fake.openai_body)[:n]))
