@@ -350,10 +350,11 @@ def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Comman
 def _upstream_gone(self: Any, paced: PacedFlow) -> bool:
     """The upstream connection has ended, yet the stream got neither its end nor an error.
 
-    mitmproxy 12 can lose a connection's close: a server reader cancelled while it waits to
-    deliver data (a writer's failed drain cancels it) skips the ConnectionClosed event. A
-    plain proxy would leave that client waiting for its read timeout; a stream retimer keeps
-    alive with SSE comments would wait for ever. So a held stream checks on each wake."""
+    mitmproxy 12 can lose a server connection's close: a reader whose drain failed on the
+    reset cancels its own task, and if it then waits for the connection's event lock, the
+    cancellation lands there and ConnectionClosed is never delivered (seen in the soak under
+    load). A plain proxy would leave that client waiting for its read timeout; a stream that
+    retimer keeps alive with SSE comments would wait for ever. So each wake checks."""
     conn = getattr(self.flow, "server_conn", None)
     return (
         paced.held_end is None and not paced.pacer.done
