@@ -184,6 +184,12 @@ def _check_turn(received: list, sent_at: float) -> None:
     assert deltas[-1].at - deltas[0].at > 0.2
 
 
+def _assert_server_closed(client: ProxiedWSClient) -> None:
+    """Nothing more arrives: the server's close frame, code 1000."""
+    assert client.receive_until("never") == []
+    assert client.closed_by_server and client.close_code == 1000
+
+
 def test_realtime_turns_are_paced_with_exact_text(proxy: RetimerProxy) -> None:
     before = len(proxy.records(0, timeout=0))
     with FakeWSLLM([reply()]) as server:
@@ -208,8 +214,7 @@ def test_server_close_waits_for_held_messages(proxy: RetimerProxy) -> None:
             sent = client.send(json.dumps({"type": "response.create"}))
             received = client.receive_until('"response.done"')
             _check_turn(received, sent)
-            assert client.receive_until("never") == []
-            assert client.closed_by_server and client.close_code == 1000
+            _assert_server_closed(client)
         finally:
             client.close()
 
@@ -229,8 +234,7 @@ def test_a_close_read_with_a_later_turn_waits_for_every_held_turn(proxy: Retimer
             first = client.receive_until('"g2"')
             rest = client.receive_until('"end"')
             _check_turn(rest, sent)
-            assert client.receive_until("never") == []
-            assert client.closed_by_server and client.close_code == 1000
+            _assert_server_closed(client)
         finally:
             client.close()
     objs = [json.loads(r.data) for r in first]
