@@ -33,7 +33,7 @@ TurnDone = Callable[[http.HTTPFlow, StreamPacer, float, str, int], None]
 class Turn:
     pacer: StreamPacer
     index: int
-    tokens_seen: bool = False
+    messages: int = 0  # server messages fed: a turn with any gets a record, tokens or not
 
 
 @dataclass(slots=True)
@@ -81,6 +81,7 @@ class WebSocketPacing:
             return
         message.drop()
         turn = ws.turns[-1]
+        turn.messages += 1
         turn.pacer.feed(encode_message(message.content, is_text=message.is_text), now)
         self._schedule(ws, now)
 
@@ -112,7 +113,7 @@ class WebSocketPacing:
             turn.pacer.finish(now)
             left = turn.pacer.pop_all()
             lost += len(left)
-            if turn.pacer.stats.upstream.tokens:
+            if turn.messages:
                 ended = outcome or ("client-gone" if left else "complete")
                 self._on_done(flow, turn.pacer, now, ended, turn.index)
         if lost:
@@ -128,7 +129,7 @@ class WebSocketPacing:
         """Finished turns with nothing left to send are recorded and dropped."""
         while len(ws.turns) > 1 and ws.turns[0].pacer.done:
             turn = ws.turns.popleft()
-            if turn.pacer.stats.upstream.tokens:
+            if turn.messages:
                 self._on_done(ws.flow, turn.pacer, time.monotonic(), "complete", turn.index)
 
     def _schedule(self, ws: PacedWebSocket, now: float) -> None:

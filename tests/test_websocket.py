@@ -14,10 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from adapter_checks import channel_texts, random_pieces
+from upstream import FIXTURES
 from proxy import RetimerProxy
 from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
 from retimer.protocols.base import Channel, Event, RequestShape
+from retimer.protocols.openai_responses import OpenAIResponsesAdapter
+from retimer.sse import SSEParser
+from retimer.tokenizer import split_tokens
 from retimer.protocols.websocket import (WebSocketMessageAdapter, decode_messages, encode_message,
                                          is_llm_websocket_path)
 
@@ -98,6 +102,49 @@ def test_channels_of_known_shapes() -> None:
         ((TOOL_ARGS, '{"a":'),), (), ((TEXT, "Bonjour à tous"),), ((REASONING, "hmm"),), (),
     ]
     assert all(e.splittable for e in events if e.texts)
+
+
+RESPONSES_FIXTURES = sorted((FIXTURES / "openai-responses").glob("*.sse"))
+
+
+@pytest.mark.parametrize("path", RESPONSES_FIXTURES, ids=lambda p: p.name)
+def test_responses_over_websocket_count_what_sse_counts(path: Path) -> None:
+    """Codex's default transport: the Responses events of a real capture, one per WebSocket
+    message, carry exactly the tokens the SSE adapter counts for the same capture; the `.done`
+    events and `response.completed` repeat the answer and must cost nothing."""
+    body = path.read_bytes()
+    sse = OpenAIResponsesAdapter()
+    over_sse = channel_texts(sse.feed(body) + sse.end())
+    parser = SSEParser()
+    datas = [e.data for e in parser.feed(body) + parser.end()
+             if e.data and e.data.strip() != "[DONE]"]
+    _, events = feed_all([(d.encode(), True) for d in datas])
+    assert over_sse, "the capture carries text"
+    assert channel_texts(events) == over_sse
+    repeats = [e for e in events if json.loads(decode_messages(e.raw)[0][0]).get("type", "")
+               .endswith((".done", "response.completed"))]
+    assert repeats and all(not e.texts for e in repeats)
+
+
+def test_realtime_audio_and_lifecycle_messages_carry_no_tokens() -> None:
+    live_audio = {"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+        "mimeType": "audio/pcm", "data": "UklGRiQAAABXQVZFZm10IBAAAAABAAEA" * 8}}]}}}
+    _, events = feed_all([
+        (realtime("session.updated", session={"instructions": "Be brief and friendly."}), True),
+        (realtime("response.output_audio.delta", delta="UklGRiQAAABXQVZFZm10IBAAAAAB" * 20), True),
+        (realtime("response.audio.delta", delta="UklGRiQAAABXQVZFZm10IBAAAAAB" * 20), True),
+        (realtime("response.output_audio_transcript.done", transcript="Hello there"), True),
+        (realtime("response.content_part.done", part={"type": "text", "text": "Hello there"}), True),
+        (realtime("conversation.item.created", item={"content": [{"text": "Hi"}]}), True),
+        (realtime("error", error={"message": "Something went wrong here"}), True),
+        (json.dumps(live_audio).encode(), True),
+        (json.dumps({"serverContent": {"turnComplete": True}}).encode(), True),
+        (json.dumps({"setupComplete": {}}).encode(), True),
+        (json.dumps({"serverContent": {"outputTranscription": {"text": "Hello you"}}}).encode(), True),
+        (realtime("response.some_new_text.delta", delta="future words"), True),
+    ])
+    assert [e.texts for e in events] == [(), (), (), (), (), (), (), (), (), (),
+                                         ((TEXT, "Hello you"),), ((TEXT, "future words"),)]
 
 
 def test_unknown_text_messages_are_estimated_and_kept_whole() -> None:
@@ -205,6 +252,62 @@ def test_realtime_turns_are_paced_with_exact_text(proxy: RetimerProxy) -> None:
     assert all(r["outcome"] == "complete" for r in records)
     assert all(r["emitted"]["tokens"] == r["upstream"]["tokens"] > 10 for r in records)
     assert all(r["emitted"]["ttft_ms"] > 300 for r in records)
+
+
+def responses_turn(text: str) -> WSReply:
+    """A Responses-over-WebSocket answer as Codex gets it: deltas, then the events that repeat
+    the whole text (`*.done`, `response.completed`)."""
+    words = text.split(" ")
+    seq = iter(range(1000))
+    def ev(kind: str, **f: object) -> tuple[str, bool]:
+        return json.dumps({"type": kind, "sequence_number": next(seq), **f}), True
+    item = {"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]}
+    return WSReply([
+        ev("response.created", response={"id": "resp_1", "output": []}),
+        ev("response.output_item.added", item={**item, "content": []}),
+        *[ev("response.output_text.delta", item_id="msg_1", delta=(" " if i else "") + w)
+          for i, w in enumerate(words)],
+        ev("response.output_text.done", item_id="msg_1", text=text),
+        ev("response.content_part.done", part={"type": "output_text", "text": text}),
+        ev("response.output_item.done", item=item),
+        ev("response.completed", response={"id": "resp_1", "output": [item]}),
+    ])
+
+
+PREWARM = WSReply([(json.dumps({"type": "response.created", "response": {"id": "resp_0"}}), True),
+                   (json.dumps({"type": "response.completed",
+                                "response": {"id": "resp_0", "output": []}}), True)])
+
+
+def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
+        proxy: RetimerProxy) -> None:
+    """Codex sends a `generate: false` prewarm, then its request: the prewarm's turn carries
+    no token, is not held for a TTFT and is recorded with 0 tokens; the answer's turn counts
+    only its deltas, so it takes TTFT + tokens / rate, not that again for each repeat."""
+    before = len(proxy.records(0, timeout=0))
+    with FakeWSLLM([PREWARM, responses_turn(WORDS)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/responses")
+        try:
+            client.send(json.dumps({"type": "response.create", "generate": False}))
+            warm = client.receive_until('"response.completed"')
+            client.send(json.dumps({"type": "response.create", "input": "hi"}))
+            answer = client.receive_until('"response.completed"')
+        finally:
+            client.close()
+    assert [json.loads(r.data)["type"] for r in warm] == ["response.created", "response.completed"]
+    deltas = [json.loads(r.data).get("delta", "") for r in answer]
+    assert "".join(deltas) == WORDS
+    records = proxy.records(before + 2)[before:]
+    assert [r["protocol"] for r in records] == ["websocket", "websocket"]
+    assert all(r["outcome"] == "complete" for r in records)
+    prewarm, turn = records
+    assert prewarm["upstream"]["tokens"] == prewarm["emitted"]["tokens"] == 0
+    expected = len(split_tokens(WORDS))
+    assert turn["upstream"]["tokens"] == turn["emitted"]["tokens"] == expected
+    # the last message leaves right after the last delta, not `repeats x tokens / rate` later
+    tail = answer[-1].at - answer[len(answer) - 5].at
+    assert tail < 0.25, f"the repeats were paced: {tail:.2f} s after the last delta"
 
 
 def test_server_close_waits_for_held_messages(proxy: RetimerProxy) -> None:

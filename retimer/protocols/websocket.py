@@ -42,7 +42,14 @@ _DELTA_CHANNELS: dict[str, Channel] = {
     "response.reasoning_text.delta": Channel.REASONING,
     "response.function_call_arguments.delta": Channel.TOOL_ARGS,
     "response.custom_tool_call_input.delta": Channel.TOOL_ARGS,
+    "response.code_interpreter_call_code.delta": Channel.TOOL_ARGS,
+    "response.mcp_call_arguments.delta": Channel.TOOL_ARGS,
 }
+# Gemini Live's server message kinds (one key each); any other key is not Gemini Live's
+_GEMINI_LIVE_KEYS = frozenset({
+    "setupComplete", "serverContent", "toolCallCancellation", "usageMetadata", "goAway",
+    "sessionResumptionUpdate",
+})
 _SEQ_RE = re.compile(rb'"sequence_number"(\s*:\s*)(\d+)')
 _LLM_WS_PATH = re.compile(r"/realtime\b|BidiGenerateContent|/v1/responses\b|/backend-api/", re.I)
 
@@ -143,8 +150,12 @@ class WebSocketMessageAdapter(Adapter):
             obj = jsontext.loads(text)
         except (ValueError, RecursionError):
             return self._estimated(record, payload, upstream_size)
-        found = _find_text(obj) if isinstance(obj, dict) else None
+        if not isinstance(obj, dict):
+            return self._estimated(record, payload, upstream_size)
+        found = _find_text(obj)
         if found is None:
+            if _is_known_envelope(obj):  # a protocol event whose text, if any, was counted
+                return Event(raw=record, upstream_size=upstream_size)
             return self._estimated(record, payload, upstream_size)
         channel, path, value = found
         if not value:
@@ -165,11 +176,37 @@ class WebSocketMessageAdapter(Adapter):
                            payload, count=1)
 
 
+def _is_known_envelope(obj: dict[str, Any]) -> bool:
+    """A message of a protocol retimer knows whose new tokens `_find_text` would have found.
+
+    OpenAI's Realtime and Responses WebSocket events are typed with dotted names
+    (`response.output_text.done`, `response.completed`, `session.created`, `error`): the
+    `.done` and `response.completed`/`response.done` events repeat text already counted from
+    the deltas, and the rest (audio, lifecycle, rate limits) carry no answer text, so none of
+    them costs a token, as over SSE. Gemini Live's lifecycle messages (set-up, turn complete,
+    usage, audio-only model turns) carry none either; a model turn with text parts this
+    adapter cannot split, and tool calls, are estimated as before.
+    """
+    kind = obj.get("type")
+    if isinstance(kind, str):
+        return "." in kind or kind == "error"
+    if not obj or not all(key in _GEMINI_LIVE_KEYS for key in obj):
+        return False
+    content = obj.get("serverContent")
+    turn = content.get("modelTurn") if isinstance(content, dict) else None
+    parts = turn.get("parts") if isinstance(turn, dict) else None
+    return not (isinstance(parts, list)
+                and any(isinstance(p, dict) and "text" in p for p in parts))
+
+
 def _find_text(obj: dict[str, Any]) -> tuple[Channel, tuple[str | int, ...], str] | None:
     """The one token-bearing string of a known message shape, with its channel and place."""
     kind = obj.get("type")
-    if isinstance(kind, str) and kind in _DELTA_CHANNELS and isinstance(obj.get("delta"), str):
-        return _DELTA_CHANNELS[kind], ("delta",), obj["delta"]
+    if isinstance(kind, str) and isinstance(obj.get("delta"), str):
+        if kind in _DELTA_CHANNELS:
+            return _DELTA_CHANNELS[kind], ("delta",), obj["delta"]
+        if _is_unknown_response_text_delta(kind):
+            return Channel.TEXT, ("delta",), obj["delta"]
     content = obj.get("serverContent")
     if isinstance(content, dict):
         turn = content.get("modelTurn")
@@ -179,7 +216,19 @@ def _find_text(obj: dict[str, Any]) -> tuple[Channel, tuple[str | int, ...], str
             if isinstance(text, str):
                 channel = Channel.REASONING if parts[0].get("thought") else Channel.TEXT
                 return channel, ("serverContent", "modelTurn", "parts", 0, "text"), text
+        transcript = content.get("outputTranscription")
+        has_text = isinstance(parts, list) and any(isinstance(p, dict) and "text" in p
+                                                   for p in parts)
+        if isinstance(transcript, dict) and isinstance(transcript.get("text"), str) and not has_text:
+            return Channel.TEXT, ("serverContent", "outputTranscription", "text"), transcript["text"]
     return None
+
+
+def _is_unknown_response_text_delta(kind: str) -> bool:
+    """A `response.*.delta` this adapter does not list yet: text, unless it is audio (base64)."""
+    if not (kind.startswith("response.") and kind.endswith(".delta")):
+        return False
+    return "audio" not in kind or "transcript" in kind
 
 
 def _replace(obj: Any, path: tuple[str | int, ...], value: str) -> Any:
