@@ -4,12 +4,13 @@ Why one file with inline SVG: a report is mailed, attached and opened offline; n
 is fetched. People read a timeline faster than a table of milliseconds, so each stream gets
 its cumulative tokens over time: the target schedule (the profile's due times), the upstream's
 arrivals and what the client got. Distributions are grouped by study condition when the
-records carry one, else by profile. Every string from the log is escaped.
+records carry one, else by profile (`report_fields.profile_of`). Every multi-line chart
+carries its own legend; the page opens with a five-line summary (report_summary), then
+the tables (report_tables). Every string from the log is escaped.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
@@ -18,8 +19,12 @@ from typing import Any
 import numpy as np
 
 from .metrics import TRACE_UNIT_MS, decode_side
-from .svgplot import Chart, Series, render
+from .report_fields import group_of, num, profile_of, side_value
+from .report_summary import summary, summary_html
+from .report_tables import group_table, stream_table
+from .svgplot import ROLE_COLORS, Chart, Series, render
 
+DIST_WIDTH = 430  # three side by side fit a 1400 px window, scroll bar and margins included
 MAX_STREAM_CHARTS = 500  # a page of more small charts is slow to open; the table lists all
 
 
@@ -30,6 +35,7 @@ class StreamView:
     number: int
     record: dict[str, Any]
     group: str
+    profile: str
     target: tuple[list[float], list[float]] | None = None
     upstream: tuple[list[float], list[float]] | None = None
     client: tuple[list[float], list[float]] | None = None
@@ -46,16 +52,6 @@ class Report:
     bad_lines: int = 0
 
 
-def _num(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) \
-        and math.isfinite(v) else None
-
-
-def _get(rec: dict[str, Any], side: str, key: str) -> float | None:
-    part = rec.get(side)
-    return _num(part.get(key)) if isinstance(part, dict) else None
-
-
 def _staircase(t: np.ndarray, n: np.ndarray) -> tuple[list[float], list[float]] | None:
     if len(t) == 0:
         return None
@@ -63,14 +59,14 @@ def _staircase(t: np.ndarray, n: np.ndarray) -> tuple[list[float], list[float]] 
 
 
 def stream_view(number: int, rec: dict[str, Any], group_by: str) -> StreamView:
-    view = StreamView(number, rec, str(rec.get(group_by) or "-"))
+    view = StreamView(number, rec, group_of(rec, group_by), profile_of(rec))
     trace = rec.get("trace")
     if not isinstance(trace, dict):
         return view
-    unit = _num(trace.get("unit_ms")) or TRACE_UNIT_MS
+    unit = num(trace.get("unit_ms")) or TRACE_UNIT_MS
     view.upstream = _staircase(*decode_side(trace.get("upstream"), unit))
     view.client = _staircase(*decode_side(trace.get("emitted"), unit))
-    if _get(rec, "target", "ttft_ms") is not None:  # passthrough streams have no schedule
+    if side_value(rec, "target", "ttft_ms") is not None:  # passthrough streams have no schedule
         view.target = _staircase(*decode_side(trace.get("emitted"), unit, key="due"))
     return view
 
@@ -78,7 +74,7 @@ def stream_view(number: int, rec: dict[str, Any], group_by: str) -> StreamView:
 def stream_chart(v: StreamView) -> Chart:
     rec = v.record
     # the schedule last, dashed: on time, it lies on the client's line and must still show
-    series = [Series(label, *data, role=role, dashed=role == "target")
+    series = [Series(label, *data, role=role, dashed=role == "target", key=role)
               for label, data, role in (("upstream arrivals", v.upstream, "upstream"),
                                         ("client received", v.client, "client"),
                                         ("target schedule", v.target, "target"))
@@ -92,18 +88,19 @@ def _ecdf(values: list[float], label: str, color: int, dashed: bool = False) -> 
     xs = sorted(values)
     ys = [(i + 1) / len(xs) for i in range(len(xs))]
     return Series(label, [xs[0], *xs], [0.0, *ys], color_index=color, dashed=dashed,
-                  role="upstream" if dashed else "")
+                  role="reference" if dashed else "")
 
 
 def _distribution(records: list[dict[str, Any]], groups: list[str], key: str, side_key: str,
                   title: str, unit: str, group_by: str) -> Chart:
     series = []
     for i, g in enumerate(groups):
-        vals = [v for r in records if str(r.get(group_by) or "-") == g
-                and (v := _get(r, "emitted", side_key)) is not None and v > 0]
+        vals = [v for r in records if group_of(r, group_by) == g
+                and (v := side_value(r, "emitted", side_key)) is not None and v > 0]
         if vals:
             series.append(_ecdf(vals, f"{g} (client, {len(vals)} streams)", i))
-    up = [v for r in records if (v := _get(r, "upstream", side_key)) is not None and v > 0]
+    up = [v for r in records if (v := side_value(r, "upstream", side_key)) is not None
+          and v > 0]
     if up:
         series.append(_ecdf(up, f"upstream, all streams ({len(up)})", 0, dashed=True))
     xs = [x for s in series for x in s.x]
@@ -137,14 +134,20 @@ CSS = """
 body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color:#222}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#555;margin:0 0 12px}
+ul.summary{list-style:none;margin:0 0 8px;padding:10px 14px;background:#f6f8fb;
+border:1px solid #dde3ec;border-radius:6px;max-width:1100px}
+ul.summary li{margin:2px 0}ul.summary b{display:inline-block;min-width:130px}
+.table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:12.5px}td,th{border-bottom:1px solid #ddd;
-padding:3px 8px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
+padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
+th{white-space:normal;vertical-align:bottom}th.span{text-align:center;border-bottom:1px solid #ccc}
 td.l,th.l{text-align:left}td.wrap{white-space:normal;min-width:150px}
-td.url{max-width:420px;overflow:hidden;text-overflow:ellipsis}
+td.url{max-width:260px;overflow:hidden;text-overflow:ellipsis}
 .charts,.grid{display:flex;flex-wrap:wrap;gap:10px}
 svg{background:#fff;border:1px solid #e3e3e3;border-radius:4px}
 svg .title{font-size:11.5px;font-weight:600;fill:#333}svg .tick{font-size:10px;fill:#555}
 svg .axis{font-size:10px;fill:#555}svg .note{font-size:11px;fill:#888}
+svg .key{font-size:10px;fill:#333}
 svg .plot{fill:#fcfcfc;stroke:#ccc}svg .grid{stroke:#eee}svg .axisline{stroke:#999}
 svg path.series{fill:none;stroke-width:1.6}svg path.s-target{stroke-width:1.3}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:18px;
@@ -152,86 +155,8 @@ height:0;border-top:2px solid;vertical-align:middle;margin-right:5px}
 """
 
 
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.0f}"
-
-
-def _rate(v: float | None) -> str:
-    return "-" if v is None else f"{v:,.1f}"
-
-
-def _pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
-
-
-def _ratings(recs: list[dict[str, Any]]) -> str:
-    """Mean of each numeric rating: records may carry `rating` as a number or a mapping."""
-    sums: dict[str, list[float]] = {}
-    for r in recs:
-        rating = r.get("rating")
-        items = rating.items() if isinstance(rating, dict) else [("rating", rating)]
-        for k, v in items:
-            if (x := _num(v)) is not None:
-                sums.setdefault(str(k), []).append(x)
-    return ", ".join(f"{k} {sum(v) / len(v):.2f} (n={len(v)})" for k, v in sorted(sums.items()))
-
-
-def _group_table(report: Report) -> str:
-    head = ["streams", "complete", "TTFT p50", "TTFT p90", "target TTFT p50", "upstream TTFT p50",
-            "rate p50", "target rate", "upstream rate p50", "upstream-bound", "ratings"]
-    rows = [f'<tr><th class="l">{escape(report.group_by)}</th>'
-            + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
-    for g in sorted({v.group for v in report.streams}):
-        recs = [v.record for v in report.streams if v.group == g]
-
-        def vals(side: str, key: str, recs: list[dict[str, Any]] = recs) -> list[float]:
-            return [x for r in recs if (x := _get(r, side, key)) is not None]
-        bound = sum(bool(r.get("upstream_bound")) for r in recs)
-        targets = sorted({x for x in vals("target", "tps")})
-        ttft = vals("emitted", "ttft_ms")
-        cells = [str(len(recs)), str(sum(r.get("outcome") == "complete" for r in recs)),
-                 _ms(_pct(ttft, 50)), _ms(_pct(ttft, 90)),
-                 _ms(_pct(vals("target", "ttft_ms"), 50)),
-                 _ms(_pct(vals("upstream", "ttft_ms"), 50)),
-                 _rate(_pct(vals("emitted", "tps"), 50)),
-                 "/".join(_rate(t) for t in targets) or "-",
-                 _rate(_pct(vals("upstream", "tps"), 50)), f"{bound / len(recs):.0%}",
-                 escape(_ratings(recs)) or "-"]
-        rows.append(f'<tr class="group"><td class="l">{escape(g)}</td>'
-                    + "".join(f"<td>{c}</td>" for c in cells[:-1])
-                    + f'<td class="l wrap">{cells[-1]}</td></tr>')
-    return '<table class="groups">' + "".join(rows) + "</table>"
-
-
-def _stream_table(report: Report) -> str:
-    extra = [k for k in ("condition", "participant") if any(k in v.record for v in report.streams)]
-    head = ["#", "time", "profile", *extra, "protocol", "outcome", "tokens", "TTFT target",
-            "upstream", "client", "rate target", "upstream", "client", "upstream-bound", "url"]
-    left = {"time", "profile", *extra, "protocol", "outcome", "url"}
-    rows = ["<tr>" + "".join(f'<th class="{"l" if h in left else ""}">{h}</th>' for h in head)
-            + "</tr>"]
-    for v in report.streams:
-        r = v.record
-        cells = [
-            (str(v.number), ""), (escape(str(r.get("time", ""))[:19].replace("T", " ")), "l"),
-            (escape(str(r.get("profile", ""))), "l"),
-            *[(escape(str(r.get(k, ""))), "l") for k in extra],
-            (escape(str(r.get("protocol", ""))), "l"), (escape(str(r.get("outcome", ""))), "l"),
-            (str(_get(r, "emitted", "tokens") or 0).removesuffix(".0"), ""),
-            (_ms(_get(r, "target", "ttft_ms")), ""), (_ms(_get(r, "upstream", "ttft_ms")), ""),
-            (_ms(_get(r, "emitted", "ttft_ms")), ""), (_rate(_get(r, "target", "tps")), ""),
-            (_rate(_get(r, "upstream", "tps")), ""), (_rate(_get(r, "emitted", "tps")), ""),
-            ("yes" if r.get("upstream_bound") else "no", ""),
-        ]
-        url = escape(str(r.get("url", "")))
-        rows.append('<tr class="stream">' + "".join(f'<td class="{c}">{t}</td>' for t, c in cells)
-                    + f'<td class="l url" title="{url}">{url}</td></tr>')
-    return '<table class="streams">' + "".join(rows) + "</table>"
-
-
 def _legend() -> str:
-    from .svgplot import ROLE_COLORS
-
+    """What the three lines of every stream chart mean (each chart keys them too)."""
     items = [("target schedule", ROLE_COLORS["target"], "dashed"),
              ("upstream arrivals", ROLE_COLORS["upstream"], "solid"),
              ("client received", ROLE_COLORS["client"], "solid")]
@@ -243,7 +168,8 @@ def _legend() -> str:
 def render_html(report: Report, now: datetime | None = None) -> str:
     streams = report.streams
     times = sorted(str(v.record.get("time", "")) for v in streams if v.record.get("time"))
-    span = f"{escape(times[0][:19])} to {escape(times[-1][:19])} UTC" if times else "no times"
+    span = (f"{escape(times[0][:19].replace('T', ' '))} to "
+            f"{escape(times[-1][:19].replace('T', ' '))} UTC") if times else "no times"
     made = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     skipped = f", {report.bad_lines} unreadable lines skipped" if report.bad_lines else ""
     drawn = streams[:MAX_STREAM_CHARTS]
@@ -254,13 +180,14 @@ def render_html(report: Report, now: datetime | None = None) -> str:
         f"<title>retimer report: {escape(report.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>retimer report: {escape(report.title)}</h1>",
         f'<p class="meta">{len(streams)} streams, {span}{skipped}; made {made}.</p>',
-        f"<h2>By {escape(report.group_by)}</h2>", _group_table(report),
+        summary_html(summary([v.record for v in streams])),
+        f"<h2>By {escape(report.group_by)}</h2>", group_table(report),
         "<h2>Distributions</h2>", '<div class="charts">',
-        *[render(c, 440, 260 if c.series else 60 + 30 * len(c.bars), "dist")
+        *[render(c, DIST_WIDTH, 260 if c.series else 60 + 30 * len(c.bars), "dist")
           for c in report.distributions],
         "</div>", "<h2>Cumulative tokens per stream</h2>", _legend(), '<div class="grid">',
         *[render(stream_chart(v), 300, 170, "stream") for v in drawn], "</div>",
         f'<p class="meta">{more} more streams are in the table only.</p>' if more else "",
-        "<h2>Streams</h2>", _stream_table(report), "</body></html>",
+        "<h2>Streams</h2>", stream_table(report), "</body></html>",
     ]
     return "\n".join(p for p in parts if p)

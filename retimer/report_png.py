@@ -2,7 +2,8 @@
 
 Why optional: the HTML report needs no library; PNG files are for slides and papers, and
 matplotlib is a large dependency (`pip install 'retimer[report]'`). The charts are the same
-`svgplot.Chart` data the HTML draws.
+`svgplot.Chart` data the HTML draws, and like the HTML each image carries its colour key: a
+distribution chart its own legend, a page of stream panels one key for all its panels.
 """
 
 from __future__ import annotations
@@ -10,10 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .report import MAX_STREAM_CHARTS, Report, stream_chart
-from .svgplot import PALETTE, Chart
+from .report import MAX_STREAM_CHARTS, Report, StreamView, stream_chart
+from .svgplot import PALETTE, ROLE_COLORS, Chart
 
 STREAMS_PER_IMAGE = 24
+# the stream panels' three lines, as svgplot draws them (report.stream_chart's roles)
+STREAM_KEY = (("target schedule", "target", "--"), ("upstream arrivals", "upstream", "-"),
+              ("client received", "client", "-"))
 
 
 class PngUnavailable(Exception):
@@ -55,6 +59,8 @@ def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
     if not drawn:
         ax.text(0.5, 0.5, chart.note or "no data", ha="center", va="center",
                 transform=ax.transAxes, fontsize=size)
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     for s in drawn:
         ax.plot(s.x, s.y, drawstyle="steps-post" if s.step else "default", color=s.color,
@@ -65,8 +71,39 @@ def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
     ax.set_ylabel(chart.y_label, fontsize=size)
     ax.tick_params(labelsize=size - 1)
     ax.grid(alpha=0.3)
-    if not small:
-        ax.legend(fontsize=size - 1)
+    if not small and len(drawn) > 1:  # below the plot, where it hides no line
+        ax.legend(fontsize=size - 1, loc="upper left", bbox_to_anchor=(0.0, -0.16),
+                  ncol=2 if len(drawn) > 3 else 1, frameon=False)
+
+
+def distribution_figure(chart: Chart) -> Any:
+    """One distribution (or bar) chart as a matplotlib Figure, its legend included."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4 if chart.series else 1 + 0.4 * len(chart.bars)))
+    _draw(ax, chart)
+    return fig
+
+
+def streams_figure(views: list[StreamView]) -> Any:
+    """Up to STREAMS_PER_IMAGE stream panels in one Figure, with one colour key on top
+    for all of them (a key per small panel would hide its lines)."""
+    from matplotlib.lines import Line2D
+
+    plt = _pyplot()
+    cols = min(4, len(views))
+    rows = -(-len(views) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows + 0.4), squeeze=False)
+    for ax in axes.flat[len(views):]:
+        ax.set_visible(False)
+    for ax, view in zip(axes.flat, views, strict=False):
+        _draw(ax, stream_chart(view), small=True)
+    handles = [Line2D([], [], color=ROLE_COLORS[role], linestyle=style, linewidth=1.6)
+               for _, role, style in STREAM_KEY]
+    top = 1 - 0.4 / (2.2 * rows + 0.4)
+    fig.legend(handles, [label for label, _, _ in STREAM_KEY], loc="upper center", ncol=3,
+               fontsize=9, frameon=False, bbox_to_anchor=(0.5, 1.0))
+    fig.tight_layout(rect=(0, 0, 1, top))
+    return fig
 
 
 def write_pngs(report: Report, directory: Path) -> list[Path]:
@@ -75,24 +112,14 @@ def write_pngs(report: Report, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for name, chart in zip(("ttft", "rate", "upstream-bound"), report.distributions, strict=False):
-        fig, ax = plt.subplots(figsize=(7, 4 if chart.series else 1 + 0.4 * len(chart.bars)))
-        _draw(ax, chart)
-        fig.tight_layout()
+        fig = distribution_figure(chart)
         path = directory / f"{name}.png"
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, bbox_inches="tight")  # "tight": the legend below the plot
         plt.close(fig)
         written.append(path)
     views = report.streams[:MAX_STREAM_CHARTS]
     for page, start in enumerate(range(0, len(views), STREAMS_PER_IMAGE), 1):
-        batch = views[start:start + STREAMS_PER_IMAGE]
-        cols = min(4, len(batch))
-        rows = -(-len(batch) // cols)
-        fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.2 * rows), squeeze=False)
-        for ax in axes.flat[len(batch):]:
-            ax.set_visible(False)
-        for ax, view in zip(axes.flat, batch, strict=False):
-            _draw(ax, stream_chart(view), small=True)
-        fig.tight_layout()
+        fig = streams_figure(views[start:start + STREAMS_PER_IMAGE])
         path = directory / f"streams-{page}.png"
         fig.savefig(path, dpi=110)
         plt.close(fig)

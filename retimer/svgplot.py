@@ -13,7 +13,8 @@ from html import escape
 
 PALETTE = ("#2a6fdb", "#e4572e", "#17a398", "#8c5fbf", "#f2a541", "#4a4e69", "#d81159",
            "#6a994e")
-ROLE_COLORS = {"target": "#8a8a8a", "upstream": "#e39b2d", "client": "#2a6fdb"}
+ROLE_COLORS = {"target": "#8a8a8a", "upstream": "#e39b2d", "client": "#2a6fdb",
+               "reference": "#444444"}  # reference: a line every group is read against
 
 
 @dataclass(slots=True)
@@ -27,6 +28,11 @@ class Series:
     color_index: int = 0
     dashed: bool = False
     step: bool = True
+    key: str = ""  # the legend's name, when the label is too long for a small chart
+
+    @property
+    def legend_text(self) -> str:
+        return self.key or self.label
 
     @property
     def color(self) -> str:
@@ -93,23 +99,65 @@ def thin(x: list[float], y: list[float], limit: int = 600) -> tuple[list[float],
 
 
 def render(chart: Chart, width: int = 300, height: int = 170, css_class: str = "") -> str:
-    """The chart as one <svg> element."""
+    """The chart as one <svg> element; a chart of two or more lines gets its legend below
+    the plot (the SVG grows by its rows), so a screenshot or a copied chart still says
+    which line is which."""
     left, right, top, bottom = 46, 10, 24, 32
     pw, ph = width - left - right, height - top - bottom
+    drawn = [s for s in chart.series if s.x]
+    legend = _legend(drawn, 6, height, width - 12) if len(drawn) > 1 and not chart.bars else []
+    total = height + (LEGEND_ROW * (1 + legend[-1][1]) + 4 if legend else 0)
     cls = f' class="{escape(css_class)}"' if css_class else ""
-    out = [f'<svg{cls} xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(chart.title)}">',
-           f'<text class="title" x="4" y="14">{escape(chart.title)}</text>']
+    out = [f'<svg{cls} xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}" '
+           f'viewBox="0 0 {width} {total}" role="img" aria-label="{escape(chart.title)}">',
+           f'<text class="title" x="4" y="14">{escape(_fit(chart.title, width - 8, 7.0))}'
+           "</text>"]
     if chart.bars:
         label_w = min(220, 6 * max(len(b[0]) for b in chart.bars) + 10)
         out += _bars(chart, label_w, top, width - label_w - 60, ph)
-    elif any(s.x for s in chart.series):
+    elif drawn:
         out += _lines(chart, left, top, pw, ph)
+        if legend:
+            out += ['<g class="legend">', *(item for item, _ in legend), "</g>"]
     else:
         out.append(f'<text class="note" x="{left + pw / 2:.0f}" y="{top + ph / 2:.0f}" '
                    f'text-anchor="middle">{escape(chart.note or "no data")}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+def _fit(text: str, width: float, char_px: float) -> str:
+    """The text cut with an ellipsis to about `width` px (the whole text is in a tooltip)."""
+    room = max(1, int(width / char_px))
+    return text if len(text) <= room else text[:room - 1] + "\u2026"
+
+
+LEGEND_ROW = 14  # px per legend row
+KEY_CHAR_PX = 6.2  # a generous width per character of the 10 px legend text: no overlaps
+KEY_SAMPLE_PX = 24  # the line sample and its gap before the text
+
+
+def _legend(series: list[Series], x0: float, y0: float, width: float) -> list[tuple[str, int]]:
+    """One legend entry per series (a line sample in its colour and dash, then its name),
+    laid out left to right and wrapped into rows; returns (svg, row) pairs. A name too long
+    for the row is cut with an ellipsis; the whole label stays in the entry's tooltip."""
+    items: list[tuple[str, int]] = []
+    x, row = x0, 0
+    for s in series:
+        text = _fit(s.legend_text, width - KEY_SAMPLE_PX, KEY_CHAR_PX)
+        w = KEY_SAMPLE_PX + KEY_CHAR_PX * len(text) + 12
+        if x > x0 and x + w > x0 + width:
+            x, row = x0, row + 1
+        y = y0 + LEGEND_ROW * row + 8
+        dash = ' stroke-dasharray="4 3"' if s.dashed else ""
+        role = f" s-{escape(s.role)}" if s.role else ""
+        items.append((
+            f'<g class="key{role}"><title>{escape(s.label)}</title>'
+            f'<line x1="{x:.0f}" x2="{x + 18:.0f}" y1="{y:.0f}" y2="{y:.0f}" stroke="{s.color}" '
+            f'stroke-width="2"{dash}/><text class="key" x="{x + KEY_SAMPLE_PX - 2:.0f}" '
+            f'y="{y + 3.5:.1f}">{escape(text)}</text></g>', row))
+        x += w
+    return items
 
 
 def _lines(chart: Chart, left: float, top: float, pw: float, ph: float) -> list[str]:
