@@ -24,7 +24,7 @@ from .encoding import decoder_for
 from .hold import is_llm_call, timing_line
 from .hosts import is_llm_host
 from .pacer import StreamPacer
-from .profile import Profile, ProfileError, load_profile
+from .profile import Profile, ProfileError, base_profile_name, load_profile
 from .prompt import PromptCache, PromptInfo, estimate_prompt
 from .protocols import fallback_adapter, find_adapter
 from .protocols.base import Adapter, RequestShape
@@ -46,11 +46,14 @@ Listener = Callable[[dict[str, Any]], None]
 
 
 def build_profile(
-    name: str, ttft: str = "", tps: str = "", jitter: str = "", speed: str = ""
+    name: str, ttft: str = "", tps: str = "", jitter: str = "", speed: str = "",
+    thinking: str = "",
 ) -> Profile:
-    """The active profile with command-line overrides; errors name the option at fault."""
-    return load_profile(name).with_overrides(
-        ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None
+    """The active profile with command-line overrides; errors name the option at fault.
+    No name: cerebras, or frontier's shape when --ttft/--tps set the speed (as in studies)."""
+    return load_profile(base_profile_name(name, ttft, tps)).with_overrides(
+        ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None,
+        thinking=thinking or None,
     )
 
 
@@ -77,8 +80,9 @@ class Retimer:
 
     def load(self, loader: Any) -> None:
         loader.add_option(
-            "retimer_profile", str, "cerebras",
-            "Target speed profile: a built-in name or alias (see `retimer profiles`) or a YAML path.",
+            "retimer_profile", str, "",
+            "Target speed profile: a built-in name or alias (see `retimer profiles`) or a YAML "
+            "path. Empty: cerebras, or frontier's shape when retimer_ttft/retimer_tps are set.",
         )
         loader.add_option(
             "retimer_seed", int, -1,
@@ -93,6 +97,10 @@ class Retimer:
         loader.add_option(
             "retimer_jitter", str, "",
             "Scale the profile's jitter; 0 turns it off so timing is exact.",
+        )
+        loader.add_option(
+            "retimer_thinking", str, "",
+            "Hidden thinking before the first token: off, low, medium, high or a token count.",
         )
         loader.add_option(
             "retimer_log", str, "", "Append one JSON line per re-timed stream to this file."
@@ -111,12 +119,12 @@ class Retimer:
 
     def configure(self, updated: set[str]) -> None:
         if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter",
-                      "retimer_speed"}:
+                      "retimer_speed", "retimer_thinking"}:
             opts = ctx.options
             try:
                 self.profile = build_profile(
                     opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter,
-                    opts.retimer_speed,
+                    opts.retimer_speed, opts.retimer_thinking,
                 )
             except ProfileError as e:
                 raise exceptions.OptionsError(str(e)) from None
@@ -227,7 +235,11 @@ class Retimer:
         adapter: Adapter | None = adapter_cls() if adapter_cls is not None else None
         if adapter is None:
             if not is_stream_response(response):
-                return  # not a stream: mitmproxy handles it as usual
+                if not is_llm_call(shape, content_type, is_llm_host(destination_host(flow))):
+                    # not ours to hold (a dev server's page, a download, an MCP reply):
+                    # it flows through as it comes, never buffered whole
+                    response.stream = True
+                return
             response.stream = True  # a stream is never buffered whole, paced or not
             if not is_llm_host(destination_host(flow)):
                 return

@@ -99,13 +99,14 @@ def print_env(argv: list[str]) -> None:
     p.add_argument("--shell", choices=SHELLS, default="sh", help="output syntax (default sh: bash, zsh)")
     p.add_argument("--proxy-auth", metavar="USER:PASS", default="",
                    help="the credentials retimer was started with: put in the proxy URL")
+    _add_local_flag(p)
     args = p.parse_args(argv)
     if not 0 < args.listen_port <= 65535:
         fail(f"--listen-port: {args.listen_port} is not a port number")
     _check_auth(args.proxy_auth)
     ca, bundle = _ca_files(confdir_of(args))
     proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca))
+    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
     print("\n".join(shell_lines(env, args.shell)))
     if not listening(args.listen_host, args.listen_port):
         print(f"retimer: note: nothing listens on {args.listen_host}:{args.listen_port} yet; "
@@ -135,6 +136,13 @@ def print_ca(argv: list[str]) -> None:
     print(f"chrome  --ignore-certificate-errors-spki-list={spki}")
 
 
+def _add_local_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-local", dest="local", action="store_false",
+                   help="reach loopback (localhost, 127.0.0.1, ::1) directly, as before: local "
+                        "model servers are then not re-timed (default: loopback goes through "
+                        "retimer, which paces only LLM API calls and passes the rest untouched)")
+
+
 def _check_auth(auth: str) -> None:
     from .security import proxy_auth_error
 
@@ -143,13 +151,19 @@ def _check_auth(auth: str) -> None:
 
 
 # -- retimer run ----------------------------------------------------------------------------
-def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
+def flag_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The parser's options that take no value (`--quiet`, `--no-local`, ...)."""
+    return {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
+
+
+def split_command(argv: list[str], flags: set[str] | None = None) -> tuple[list[str], list[str]]:
     """(proxy options, command): split at the first `--`, else at the first non-option word
-    that is not an option's value."""
+    that is not an option's value (`flags` are the options that take none)."""
     if "--" in argv:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
-    flags = {"--version", "--quiet", "-q", "-h", "--help"}
+    if flags is None:
+        flags = flag_options(_run_parser())
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -159,11 +173,17 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def run(argv: list[str]) -> int:
-    options, command = split_command(argv)
+def _run_parser() -> argparse.ArgumentParser:
     parser = _proxy_parser()
     parser.prog = "retimer run"
     parser.usage = RUN_USAGE
+    _add_local_flag(parser)
+    return parser
+
+
+def run(argv: list[str]) -> int:
+    parser = _run_parser()
+    options, command = split_command(argv, flag_options(parser))
     args = parser.parse_args(options)
     if not command:
         fail(f"run: missing COMMAND (usage: {RUN_USAGE})")
@@ -198,7 +218,8 @@ async def _run_reusing(args: argparse.Namespace, command: list[str]) -> int:
         print(f"retimer: using the retimer already on {where} (its own options apply)",
               file=sys.stderr)
     proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
-    return await run_child(command, child_env(os.environ, launch_env(proxy, str(bundle), str(ca))))
+    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
+    return await run_child(command, child_env(os.environ, env))
 
 
 class _Ready:
@@ -225,11 +246,13 @@ async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
     port = _bound_port(m) or args.listen_port
     ca, bundle = _ca_files(confdir_of(args))
     if not args.quiet:  # the address without credentials: they never reach the terminal
-        print(f"retimer: {proxy_url(args.listen_host, port)} ({addon.profile.name}), LLM hosts "
+        local = "LLM hosts and local model servers" if args.local else "LLM hosts"
+        print(f"retimer: {proxy_url(args.listen_host, port)} ({addon.profile.name}), {local} "
               f"re-timed; running {' '.join(command)}", file=sys.stderr)
     proxy = proxy_url(args.listen_host, port, args.proxy_auth)
+    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
     try:
-        return await run_child(command, child_env(os.environ, launch_env(proxy, str(bundle), str(ca))))
+        return await run_child(command, child_env(os.environ, env))
     finally:
         m.shutdown()
         with contextlib.suppress(asyncio.CancelledError):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-LOOPBACK = "localhost,127.0.0.1,::1"
+LOOPBACK = "localhost,127.0.0.1,::1"  # --no-local: loopback is reached directly
 SHELLS = ("sh", "fish", "powershell")
 
 
@@ -34,21 +34,41 @@ def proxy_url(host: str, port: int, auth: str = "") -> str:
     return f"http://{userinfo}{host}:{port}"
 
 
-def launch_env(proxy: str, bundle: str, ca: str) -> dict[str, str]:
+def no_proxy(proxy: str, local: bool = True) -> str:
+    """NO_PROXY for a child: retimer's own address only, or (`local` off) all of loopback.
+
+    By default loopback goes through retimer too, so a local model server (Ollama, llama.cpp,
+    LM Studio, vLLM, TGI on any port) is re-timed; retimer touches only requests shaped like an
+    LLM API call, so the command's other loopback traffic (dev servers, IDE bridges, MCP
+    servers) passes through unpaced. Entries with a port are read by Python, Go and Node;
+    runtimes that ignore them send retimer's own address to retimer, which answers it itself.
+    """
+    if not local:
+        return LOOPBACK
+    where = urlsplit(proxy)
+    port = where.port
+    names = {where.hostname or "127.0.0.1"}
+    if names & {"127.0.0.1", "localhost"}:
+        names |= {"127.0.0.1", "localhost"}
+    return ",".join(f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in sorted(names))
+
+
+def launch_env(proxy: str, bundle: str, ca: str, *, local: bool = True) -> dict[str, str]:
     """Variables for a child process: every common runtime's proxy and trust settings.
 
     Runtimes that replace their trust store (Python's ssl, requests, curl) get the bundle of
     system roots plus retimer's CA, so hosts retimer tunnels untouched still validate; Node
-    adds NODE_EXTRA_CA_CERTS to its own roots, so it gets the CA alone. Loopback is excluded
-    from proxying: local dev servers, and retimer itself, are reached directly.
+    adds NODE_EXTRA_CA_CERTS to its own roots, so it gets the CA alone. Loopback goes through
+    retimer unless `local` is off (see `no_proxy`).
     """
+    bypass = no_proxy(proxy, local)
     return {
         "HTTPS_PROXY": proxy,
         "https_proxy": proxy,
         "HTTP_PROXY": proxy,
         "http_proxy": proxy,
-        "NO_PROXY": LOOPBACK,
-        "no_proxy": LOOPBACK,
+        "NO_PROXY": bypass,
+        "no_proxy": bypass,
         "SSL_CERT_FILE": bundle,
         "REQUESTS_CA_BUNDLE": bundle,
         "CURL_CA_BUNDLE": bundle,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from proxy import RetimerProxy, free_port, run_cli
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from upstream import FakeLLM, load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
 
 from retimer.launch_env import LOOPBACK
 
@@ -179,6 +179,58 @@ def test_node_is_retimed(tmp_path: Path, fake: FakeLLM, other: FakeLLM, mode: st
     assert out["otherError"] in ("UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY")
 
 
+@pytest.fixture
+def echo_ws() -> Iterator[str]:
+    """A plain WebSocket echo server on loopback: what an IDE bridge or MCP socket looks like."""
+    import threading
+
+    from websockets.sync.server import ServerConnection, serve
+
+    def echo(conn: ServerConnection) -> None:
+        for message in conn:
+            conn.send(message)
+
+    with serve(echo, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"ws://127.0.0.1:{server.socket.getsockname()[1]}/bridge"
+        server.shutdown()
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["default", "no-local"])
+def test_run_retimes_a_loopback_model_server_and_nothing_else(
+        tmp_path: Path, echo_ws: str, local: bool) -> None:
+    """A local Ollama (the real `ollama` SDK, plain HTTP on 127.0.0.1) is re-timed through
+    `retimer run` by default; an MCP-style event stream and a WebSocket on loopback in the
+    same command pass unchanged and unrecorded. `--no-local` reaches loopback directly."""
+    with FakeLLM(bursts=1) as server:
+        server.ollama_body = make_ollama_stream(TEXT)
+        base = f"http://127.0.0.1:{server.port}"
+        run = Run(tmp_path, server)
+        if not local:
+            run.options.insert(0, "--no-local")
+        done = run(sys.executable, str(CLIENTS / "local_client.py"), base, f"{base}/mcp", echo_ws)
+        assert done.returncode == 0, done.stderr
+        out = json.loads(done.stdout)
+        served = {s.path: s for s in server.requests}
+    assert "".join(out["pieces"]) == TEXT
+    assert out["mcp"] == load_fixture("openai-chat/gpt4o-text-include-usage.sse").decode()
+    assert out["echoes"] == [f"ping {i}: ordinary words that are not an LLM's" for i in range(5)]
+    assert set(served) == {"/api/chat", "/mcp"}
+    records = run.records()
+    if not local:
+        assert records == []
+        assert "local model servers" not in done.stderr
+        return
+    assert "LLM hosts and local model servers re-timed" in done.stderr
+    (record,) = records  # the MCP stream and the WebSocket left no record: untouched
+    assert record["protocol"] == "ollama" and record["outcome"] == "complete"
+    assert record["url"] == f"{base}/api/chat"
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 20
+    assert record["emitted"]["ttft_ms"] >= 300.0 - 2  # held back to the profile's TTFT
+    assert out["ollama_s"] >= 0.3
+
+
 def test_exit_codes_and_signals(tmp_path: Path, fake: FakeLLM) -> None:
     run = Run(tmp_path, fake)
     killed = run(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
@@ -305,7 +357,8 @@ def test_env_output_parses_in_bash(tmp_path: Path) -> None:
     values = dict(zip(names, shown.stdout.splitlines(), strict=True))
     bundle, ca = confdir / "retimer-ca-bundle.pem", confdir / "mitmproxy-ca-cert.pem"
     assert values["HTTPS_PROXY"] == values["http_proxy"] == "http://127.0.0.1:18123"
-    assert values["NO_PROXY"] == values["no_proxy"] == LOOPBACK
+    # loopback goes through retimer (local model servers), all but retimer's own address
+    assert values["NO_PROXY"] == values["no_proxy"] == "127.0.0.1:18123,localhost:18123"
     assert values["SSL_CERT_FILE"] == values["REQUESTS_CA_BUNDLE"] == values["CURL_CA_BUNDLE"]
     assert values["SSL_CERT_FILE"] == str(bundle)
     assert values["NODE_EXTRA_CA_CERTS"] == str(ca)
@@ -313,6 +366,8 @@ def test_env_output_parses_in_bash(tmp_path: Path) -> None:
     assert ca.read_text() in bundle.read_text()  # the bundle holds the CA ...
     assert bundle.read_text().count("BEGIN CERTIFICATE") > 10  # ... and the system roots
     assert "nothing listens on 127.0.0.1:18123" in result.stderr
+    direct = run_cli("env", "--no-local", "--set", f"confdir={confdir}")
+    assert f"export NO_PROXY={LOOPBACK}" in direct.stdout.replace("'", "")
     fish = run_cli("env", "--shell", "fish", "--set", f"confdir={confdir}")
     assert fish.stdout.splitlines()[0] == "set -gx HTTPS_PROXY 'http://127.0.0.1:8080'"
 
@@ -367,3 +422,9 @@ def test_launch_env_units() -> None:
     assert split_command(["-q", "--tps=5", "--seed", "3", "python", "-c", "x"]) == (
         ["-q", "--tps=5", "--seed", "3"], ["python", "-c", "x"])
     assert split_command(["--profile", "groq"]) == (["--profile", "groq"], [])
+    # options without a value, whatever the parser has, never swallow the command's name
+    assert split_command(["--allow-remote", "--no-local", "ollama", "run"]) == (
+        ["--allow-remote", "--no-local"], ["ollama", "run"])
+    assert env["NO_PROXY"] == "127.0.0.1:1,localhost:1"
+    assert launch_env("http://[::1]:7", "/b", "/c")["no_proxy"] == "[::1]:7"
+    assert launch_env("http://127.0.0.1:1", "/b", "/c", local=False)["NO_PROXY"] == LOOPBACK

@@ -3,6 +3,7 @@
 Routes (query strings ignored for routing):
   POST .../chat/completions  -> OpenAI Chat SSE stream (server's `openai_body`)
   POST .../v1/messages       -> Anthropic Messages SSE stream (server's `anthropic_body`)
+  POST /api/chat             -> Ollama NDJSON stream (server's `ollama_body`, when set)
   any  /slow?ms=N            -> sleeps N ms, then the JSON answer below
   GET  a path in `pages`     -> that page as text/html (a fake LLM site for browsers)
   anything else              -> 200 {"ok": true, "method": ..., "path": <raw target>}
@@ -135,6 +136,17 @@ def make_anthropic_stream(text: str, model: str = "claude-test", words_per_chunk
     return "".join(f"event: {n}\ndata: {d}\n\n" for n, d in events).encode()
 
 
+def make_ollama_stream(text: str, model: str = "llama3.2", words_per_chunk: int = 3) -> bytes:
+    """An Ollama `/api/chat` NDJSON stream: message chunks, then the `done` line with counts."""
+    head = {"model": model, "created_at": "2026-12-01T12:00:00.000000Z"}
+    lines = [{**head, "message": {"role": "assistant", "content": p}, "done": False}
+             for p in _words(text, words_per_chunk)]
+    lines.append({**head, "message": {"role": "assistant", "content": ""}, "done": True,
+                  "done_reason": "stop", "total_duration": 912345678, "prompt_eval_count": 26,
+                  "eval_count": len(re.findall(r"\S+", text)), "eval_duration": 812345678})
+    return "".join(_j(line) + "\n" for line in lines).encode()
+
+
 def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
     """Create a CA and a leaf cert for CERT_NAMES; return (ca.pem, cert.pem, key.pem)."""
     now = dt.datetime.now(dt.UTC)
@@ -215,6 +227,7 @@ class FakeLLM:
         oa, an = openai_body, anthropic_body
         self.openai_body = load_fixture(DEFAULT_OPENAI_FIXTURE) if oa is None else oa
         self.anthropic_body = load_fixture(DEFAULT_ANTHROPIC_FIXTURE) if an is None else an
+        self.ollama_body: bytes | None = None  # set: POST /api/chat streams it (NDJSON)
         self.bursts, self.burst_gap, self.per_event_gap = bursts, burst_gap, per_event_gap
         self.first_delay, self.gzip, self.close, self.tls = first_delay, gzip, close, tls
         self.port = port
@@ -384,6 +397,8 @@ class FakeLLM:
             stream, route = self.openai_body, "openai"
         elif method == "POST" and split.path.endswith("/v1/messages"):
             stream, route = self.anthropic_body, "anthropic"
+        elif method == "POST" and split.path == "/api/chat" and self.ollama_body is not None:
+            stream, route, ctype = self.ollama_body, "ollama", "application/x-ndjson"
         elif split.path == "/slow":
             route = "slow"
         elif method == "GET" and split.path in self.pages:
