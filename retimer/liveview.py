@@ -3,48 +3,22 @@
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import Any, TextIO
 
-import numpy as np
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
-from rich.table import Table
+from rich.text import Text
 
-from .metrics import TRACE_UNIT_MS, decode_side
+from .livetable import SPARK_WIDTH, fmt, sparkline, streams_table
 
-MAX_ROWS = 12
-SPARK_WIDTH = 16
-_BLOCKS = " ▁▂▃▄▅▆▇█"
+__all__ = ["SPARK_WIDTH", "LiveView", "blind_line", "plain_line", "sparkline"]
 
-
-def sparkline(r: dict[str, Any], width: int = SPARK_WIDTH) -> str:
-    """Tokens the client got per time slice, from the request to now (or the stream's end), as
-    `width` unicode blocks: a blank start is the wait for the first token, steady blocks a
-    steady rate, gaps the stalls. Scaled to the stream's busiest slice."""
-    trace = r.get("trace")
-    side = trace.get("emitted") if isinstance(trace, dict) else None
-    if not isinstance(side, dict):
-        return " " * width
-    unit = trace.get("unit_ms") or TRACE_UNIT_MS
-    t, n = decode_side(side, unit)
-    if len(t) == 0:
-        return " " * width
-    span = max(float(t[-1]), float(r.get("emitted", {}).get("duration_ms") or 0.0), 1e-9)
-    slices = np.minimum((t / span * width).astype(int), width - 1)
-    counts = np.bincount(slices, weights=n, minlength=width)
-    top = counts.max()
-    if top <= 0:
-        return " " * width
-    levels = np.ceil(counts / top * (len(_BLOCKS) - 1)).astype(int)
-    return "".join(_BLOCKS[i] for i in levels)
-
-
-def _fmt(value: Any, digits: int = 0) -> str:
-    if value is None:
-        return "-"
-    return f"{value:,.{digits}f}"
+KEPT_ROWS = 500  # finished streams kept for the table: more than any terminal has rows
+CHROME_LINES = 5  # title, heading, rule, the summary, and one spare
+ECHO_ROOM = 4  # cells left free after the summary line, where the cursor rests: the terminal
+# echoes "^C" there, and a line that then wraps puts the redraw one line off (a doubled title)
 
 
 def plain_line(r: dict[str, Any]) -> str:
@@ -53,8 +27,8 @@ def plain_line(r: dict[str, Any]) -> str:
     bound = " upstream-bound" if r.get("upstream_bound") else ""
     return (
         f"{r['outcome']:<8} {r['protocol']:<18} {r['profile']} "
-        f"ttft {_fmt(em['ttft_ms'])}ms (target {_fmt(tg['ttft_ms'])}, upstream {_fmt(up['ttft_ms'])}) "
-        f"rate {_fmt(em['tps'], 1)} tok/s (target {_fmt(tg['tps'], 1)}, upstream {_fmt(up['tps'], 1)}) "
+        f"ttft {fmt(em['ttft_ms'])}ms (target {fmt(tg['ttft_ms'])}, upstream {fmt(up['ttft_ms'])}) "
+        f"rate {fmt(em['tps'], 1)} tok/s (target {fmt(tg['tps'], 1)}, upstream {fmt(up['tps'], 1)}) "
         f"tokens {em['tokens']}{bound} {r['url']}"
     )
 
@@ -62,6 +36,27 @@ def plain_line(r: dict[str, Any]) -> str:
 def blind_line(r: dict[str, Any]) -> str:
     """A finished stream as a study participant may see it: no profile, target or timing."""
     return f"{r['outcome']:<8} {r['protocol']:<18} tokens {r['emitted']['tokens']} {r['url']}"
+
+
+def summary(outcomes: Counter[str], active: int, hidden: int = 0) -> list[str]:
+    """The parts of the one-line total, most important first: the count, what is not shown,
+    how they ended, what is still running."""
+    total = sum(outcomes.values()) + active
+    parts = [f"{total:,} stream{'s' if total != 1 else ''}"]
+    if hidden:
+        parts.append(f"+{hidden:,} earlier not shown")
+    if outcomes:
+        parts.append(", ".join(f"{n:,} {o}" for o, n in outcomes.most_common()))
+    if active:
+        parts.append(f"{active:,} streaming")
+    return parts
+
+
+def fit_line(parts: list[str], width: int) -> str:
+    """`parts` joined with " · ", dropping from the end until the line fits `width`."""
+    while len(parts) > 1 and len(" · ".join(parts)) > width:
+        parts = parts[:-1]
+    return " · ".join(parts)
 
 
 class LiveView:
@@ -81,7 +76,8 @@ class LiveView:
         self.blind = blind
         self.active = active  # records of the streams in flight, fetched at each refresh
         self.interactive = self.out.isatty() if interactive is None else interactive
-        self.rows: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.rows: deque[dict[str, Any]] = deque(maxlen=KEPT_ROWS)  # finished, oldest first
+        self.outcomes: Counter[str] = Counter()
         self.console = Console(file=self.out)
         self.live: Live | None = None
 
@@ -90,7 +86,7 @@ class LiveView:
             # refreshed from the proxy's event loop (see `refresh`), never from a thread:
             # the records it reads are mutated there
             self.live = Live(
-                self.table(),
+                self.table(fit_screen=True),
                 console=self.console,
                 auto_refresh=False,
                 redirect_stderr=True,
@@ -100,43 +96,51 @@ class LiveView:
 
     def refresh(self) -> None:
         if self.live:
-            self.live.update(self.table(), refresh=True)
+            self.live.refresh()
 
     def stop(self) -> None:
+        """The table stays as the summary on a terminal; otherwise one summary line."""
         if self.live:
-            self.live.stop()
+            self.live.stop()  # its last frame, which fits the screen, is the one summary
             self.live = None
+        elif not self.interactive and self.outcomes:
+            print(f"retimer: {fit_line(summary(self.outcomes, 0), 10_000)}", file=self.out,
+                  flush=True)
 
     def __call__(self, record: dict[str, Any]) -> None:
-        self.rows[record["id"]] = record
-        self.rows.move_to_end(record["id"])
-        while len(self.rows) > MAX_ROWS:
-            self.rows.popitem(last=False)
-        if not self.interactive and record["outcome"] != "streaming":
+        if record["outcome"] == "streaming":  # only finished streams are kept
+            return
+        self.rows.append(record)
+        self.outcomes[record["outcome"]] += 1
+        if not self.interactive:
             line = blind_line(record) if self.blind else plain_line(record)
             print(line, file=self.out, flush=True)
 
-    def table(self) -> Table:
-        table = Table(title="retimer: streams", expand=True, title_justify="left")
-        if self.blind:
-            return self._blind_table(table)
-        for col in ("state", "format", "profile", "TTFT ms", "target", "tok/s", "target ",
-                    "tokens", "flow", "url"):
-            table.add_column(col, no_wrap=col != "url", overflow="ellipsis")
-        rows = [*self.active(), *reversed(self.rows.values())]
-        for r in rows[:MAX_ROWS]:
-            em, tg = r["emitted"], r["target"]
-            state = r["outcome"] + (" (upstream-bound)" if r.get("upstream_bound") else "")
-            table.add_row(
-                state, r["protocol"], r["profile"], _fmt(em["ttft_ms"]), _fmt(tg["ttft_ms"]),
-                _fmt(em["tps"], 1), _fmt(tg["tps"], 1), str(em["tokens"]), sparkline(r), r["url"],
-            )
-        return table
+    def table(self, fit_screen: bool = False) -> _Screen:
+        """The streams in flight then the finished ones, newest first, laid out when rendered
+        for the width it gets; `fit_screen`: no more rows than the screen has."""
+        return _Screen(self, fit_screen)
 
-    def _blind_table(self, table: Table) -> Table:
-        for col in ("state", "format", "tokens", "url"):
-            table.add_column(col, no_wrap=col != "url", overflow="ellipsis")
-        rows = [*self.active(), *reversed(self.rows.values())]
-        for r in rows[:MAX_ROWS]:
-            table.add_row(r["outcome"], r["protocol"], str(r["emitted"]["tokens"]), r["url"])
-        return table
+    def layout(self, width: int, max_rows: int | None = None) -> Group:
+        """The table for `width` cells and at most `max_rows` rows (at least one), then the
+        summary line (unpadded, and short of the edge: see ECHO_ROOM)."""
+        active = self.active()
+        rows = [*active, *reversed(self.rows)]
+        shown = rows if max_rows is None else rows[: max(1, max_rows)]
+        hidden = sum(self.outcomes.values()) + len(active) - len(shown)
+        caption = fit_line(summary(self.outcomes, len(active), hidden), width - ECHO_ROOM)
+        table = streams_table(shown, width, blind=self.blind)
+        return Group(table, Text(caption, style="dim italic", justify="default", no_wrap=True))
+
+
+class _Screen:
+    """The view as a rich renderable, laid out at each render for the size it is given. On the
+    screen it is no taller than the terminal: a taller one leaves copies of its top behind as
+    the Live redraws it (the doubled title seen on exit)."""
+
+    def __init__(self, view: LiveView, fit_screen: bool) -> None:
+        self.view, self.fit_screen = view, fit_screen
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        rows = options.size.height - CHROME_LINES if self.fit_screen else None
+        yield self.view.layout(options.max_width, rows)
