@@ -167,7 +167,10 @@ async def _with_proxy(args: argparse.Namespace, opener: Opener) -> None:
     ca = confdir_of(args) / CA_FILE
     m.addons.add(BrowserCompanion(opener, ca, m, args.listen_host))
     profile = addon.profile
-    timing = ("as upstream" if profile.passthrough
-              else f"TTFT {profile.ttft.p50 * 1000:.0f} ms median, {profile.tps:g} tok/s")
-    print(f"retimer: profile {profile.name}: {timing}", flush=True)
+    from .profiles_cmd import first_token_text, thinking_text
+
+    timing = ("as upstream" if profile.passthrough else
+              f"TTFT {first_token_text(profile)}, {profile.tps:g} tok/s, "
+              f"thinking {thinking_text(profile)}")
+    print(f"retimer: profile {profile.effective_name}: {timing}", flush=True)
     await serve(m, view)

@@ -32,8 +32,9 @@ def _proxy_parser() -> argparse.ArgumentParser:
         "(`retimer SUBCOMMAND --help`).",
     )
     p.add_argument("--version", action="version", version=f"retimer {__version__}")
-    p.add_argument("--profile", "-p", default="cerebras",
-                   help="built-in profile name or alias, or a YAML file (default: cerebras)")
+    p.add_argument("--profile", "-p", default="",
+                   help="built-in profile name or alias, or a YAML file (default: cerebras; "
+                   "--ttft/--tps without --profile start from frontier's shape)")
     p.add_argument("--listen-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--listen-port", type=int, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--seed", type=int, default=None, help="seed for the timing model (reproducible runs)")
@@ -45,6 +46,10 @@ def _proxy_parser() -> argparse.ArgumentParser:
                    help="scale the profile's jitter; 0 turns it off (every gap is the mean gap)")
     p.add_argument("--speed", metavar="FACTOR", default="",
                    help="play the whole profile faster or slower: 2 (2x, 200%%) twice as fast, 0.5x half")
+    p.add_argument("--thinking", metavar="LEVEL", default="",
+                   help="hidden thinking before the first token: off (the table rows' default), "
+                   "low, medium, high (levels the profile declares) or a number of hidden tokens; "
+                   "it runs at the profile's own rate, whatever --tps says")
     p.add_argument("--strategy", default="live", metavar="NAME",
                    help="when the upstream is slower than the profile: live (default), smooth "
                    "(start late enough to play without stalls) or replay (wait for the whole "
@@ -113,7 +118,8 @@ def _validate(args: argparse.Namespace, check_port: bool = True) -> None:
     from .profile import ProfileError
 
     try:
-        build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed)
+        build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed,
+                      getattr(args, "thinking", ""))
     except ProfileError as e:
         fail(str(e))
     if not 0 <= args.listen_port <= 65535:
@@ -243,6 +249,7 @@ def build_proxy(
         "retimer_seed": -1 if args.seed is None else args.seed,
         "retimer_log": args.log,
         "retimer_speed": args.speed,
+        "retimer_thinking": getattr(args, "thinking", ""),
         "retimer_strategy": args.strategy,
         "retimer_cache": args.cache,
         "retimer_cache_max_mb": args.cache_max_mb,
@@ -317,8 +324,10 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
     ca = confdir / CA_FILE
     bundle = write_bundle(confdir)
     proxy = f"http://{args.listen_host}:{args.listen_port}"
+    from .profiles_cmd import first_token_text, thinking_text
+
     rate = "as upstream" if profile.passthrough else f"{profile.tps:g} tok/s"
-    ttft = "as upstream" if profile.passthrough else f"{profile.ttft.p50 * 1000:.0f} ms median"
+    ttft = first_token_text(profile)  # the median wait for the first token, thinking included
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
     if args.listen_host not in ("127.0.0.1", "localhost", "::1"):
@@ -330,7 +339,9 @@ def _print_banner(args: argparse.Namespace, opts: Any, addon: Any) -> None:
         for line in args.study_banner:
             console.print(line, markup=False)
     else:
-        console.print(f"  profile  {profile.name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+        console.print(f"  profile  {profile.effective_name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+        if not profile.passthrough:
+            console.print(f"  thinking {thinking_text(profile)}", markup=False)
     extras = [f"strategy {args.strategy}"] if args.strategy != "live" else []
     if profile.speed != 1:
         extras.append(f"speed {profile.speed:g}x")

@@ -72,6 +72,7 @@ def stream_record(
         "url": redact_url(destination_url(flow)),
         "protocol": meta.get("protocol"),
         "profile": profile.name,
+        "effective_profile": profile.effective_name,  # name plus overrides: what ran
         "seed": seed,
         "stream": meta.get("index"),
         "status": flow.response.status_code if flow.response else None,
@@ -81,7 +82,7 @@ def stream_record(
             "tps": None if profile.passthrough else profile.tps,
         },
         # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
-        "model": {"speed": profile.speed,
+        "model": {"speed": profile.speed, "thinking": profile.thinking,
                   **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
         **timing,
         "upstream_bound": (not profile.passthrough)

@@ -20,13 +20,20 @@ Schema (all durations: "120ms", "1.5s", or a bare number = milliseconds)::
     prefill: {tps: 10000, reference_tokens: 1000}    # optional: TTFT grows with the prompt
     prompt_cache: {discount: 0.85, min_tokens: 1024, ttl: 5m}   # optional; needs prefill
     context: {half_rate_at: 100k}     # optional: decode rate tps / (1 + n / half_rate_at)
-    reasoning: {hidden_tokens: {p50: 800, p90: 3000, p99: 8000}}  # optional: hidden thinking
+    reasoning:                        # optional: hidden thinking levels (off unless chosen)
+      levels: {medium: {p50: 400, p90: 4000, p99: 8400}}   # low / medium / high
+      default: off                    # optional: the level used without --thinking
     stalls: {per_1000_tokens: 0.5, duration: {p50: 300ms, p90: 1s, p99: 3s}, where: any}
     speculative: {draft_tokens: 3, acceptance: 0.6}  # optional: step bursts (not with chunking)
 
 Defaults: decode.gap {p90: 1.3, p99: 2.5}; chunking {1: 1.0}; jitter 1. Quantiles must
 increase strictly; gap ratios must exceed 1. A passthrough profile takes none of the timing
 keys. Any other key is an error. See profiles/README.md and retimer/timing.py.
+
+Why thinking is a separate choice: a table row's TTFT is what people quote and compare, so a
+profile used as it is waits exactly that; hidden reasoning (`--thinking`) adds its own time,
+which every summary (`first_token_median`) states apart. The older `reasoning:
+{hidden_tokens: ...}` form keeps its behaviour: thinking on by default, as the level `on`.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ import numpy as np
 from retimer.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
 from retimer.profile_schema import (
     DEFAULT_GAP,
+    LEGACY_LEVEL,
+    THINKING_LEVELS,
     ProfileError,
     parse_document,
     parse_duration,
@@ -68,11 +77,34 @@ from retimer.timing import (
     StallSpec,
     StreamTiming,
     chunk_distribution,
+    decode_seconds,
 )
 
-__all__ = ["DEFAULT_GAP", "Profile", "ProfileError", "StreamTiming", "builtin_dir",
-           "builtin_profiles", "load_profile", "parse_duration", "parse_rate", "parse_speed",
-           "parse_tokens", "parse_ttl"]
+__all__ = ["DEFAULT_GAP", "DEFAULT_PROFILE", "EXPLICIT_SPEED_BASE", "Profile", "ProfileError",
+           "StreamTiming", "base_profile_name", "builtin_dir", "builtin_profiles", "load_profile",
+           "parse_duration", "parse_rate", "parse_speed", "parse_tokens", "parse_ttl"]
+
+DEFAULT_PROFILE = "cerebras"
+"""The profile of a run that names none and sets no speed of its own."""
+EXPLICIT_SPEED_BASE = "frontier"
+"""The shape (TTFT tails, gap shape, one token per event) that --ttft/--tps take without
+--profile, on the command line and in a study alike: a hand-set speed gets a frontier API's
+plain delivery, not the multi-token bursts of the cerebras rows, which would show at slow rates."""
+OVERRIDE_ORDER = ("ttft", "tps", "jitter", "speed", "thinking")
+_MEDIAN_GRID = 801  # quantile levels per component when the medians are computed
+
+
+def base_profile_name(name: str | None, ttft: object = None, tps: object = None) -> str:
+    """The profile a run starts from: `name` if given, else EXPLICIT_SPEED_BASE when --ttft or
+    --tps sets the speed, else DEFAULT_PROFILE. One rule for the CLI, the addon and studies."""
+    if name is not None and str(name).strip():
+        return str(name)
+    return EXPLICIT_SPEED_BASE if ttft or tps else DEFAULT_PROFILE
+
+
+def _seconds_text(v: float) -> str:
+    """A duration for an effective profile name: 400ms, 1.5s."""
+    return f"{v * 1000:.4g}ms" if v < 1 else f"{v:.4g}s"
 
 
 def _option(value: object, parse: Callable[[str], float], low_ok: bool = False) -> float:
@@ -107,10 +139,53 @@ class Profile:
     stalls: StallSpec | None = None
     speculative: SpeculativeSpec | None = None
     speed: float = 1.0  # the playback factor already applied (for records); 2 = twice as fast
+    # hidden thinking: `reasoning` is the active choice (None = off), named by `thinking`
+    thinking_levels: tuple[tuple[str, ReasoningSpec], ...] = ()  # what the file declares
+    thinking: str = "off"  # off, a level (low, medium, high, or `on`), or a token count "2000"
+    thinking_default: str = "off"  # the file's own choice (an override is a change from it)
+    thinking_tps: float | None = None  # the rate hidden tokens decode at; None = tps
+    overrides: tuple[tuple[str, str], ...] = ()  # (option, value) as the effective name says
 
     def __post_init__(self) -> None:
         if not self.passthrough and (self.ttft is None or self.tps is None):
             raise ProfileError(f"profile '{self.name}' needs ttft and tps unless passthrough")
+        if self.reasoning is None and self.thinking != "off":
+            object.__setattr__(self, "thinking", "off")
+        elif self.reasoning is not None and self.thinking == "off":
+            # built in code with `reasoning=` only: the older meaning, thinking on by default
+            object.__setattr__(self, "thinking", LEGACY_LEVEL)
+            object.__setattr__(self, "thinking_default", LEGACY_LEVEL)
+            if not self.thinking_levels:
+                object.__setattr__(self, "thinking_levels", ((LEGACY_LEVEL, self.reasoning),))
+
+    @property
+    def effective_name(self) -> str:
+        """What ran: the name plus every override, e.g. `openai-gpt-5 tps=10 speed=2x
+        thinking=high`, so records and reports never file changed timing under the base name."""
+        return " ".join([self.name, *(f"{k}={v}" for k, v in self.overrides)])
+
+    def _thinking_choice(self, value: object) -> tuple[str, ReasoningSpec | None]:
+        """--thinking: off, a declared level, or a number of hidden tokens (exactly that many)."""
+        if value is False:
+            value = "off"
+        elif value is True:
+            value = LEGACY_LEVEL
+        key = str(value).strip().lower()
+        if key in ("off", "none", "0"):
+            return "off", None
+        levels = dict(self.thinking_levels)
+        if key in levels:
+            return key, levels[key]
+        if key in (LEGACY_LEVEL, *THINKING_LEVELS):
+            have = ", ".join(["off", *levels])
+            raise ProfileError(f"--thinking {key}: profile '{self.name}' has no such level "
+                               f"(it has: {have}); or give hidden tokens, e.g. --thinking 2000")
+        n = _option(value, parse_tokens) if not isinstance(value, bool) else math.nan
+        if math.isnan(n) or n != int(n):
+            raise ProfileError(f"--thinking must be off, low, medium, high or a whole number of "
+                               f"hidden tokens like 2000 or 2k, got {show(value)}")
+        tokens = int(n)
+        return str(tokens), ReasoningSpec(QuantileShape(tokens, tokens, tokens))
 
     def with_overrides(
         self,
@@ -118,6 +193,7 @@ class Profile:
         tps: float | str | None = None,
         jitter: float | str | None = None,
         speed: float | str | None = None,
+        thinking: float | str | bool | None = None,
     ) -> Profile:
         """A copy with command-line overrides: ttft in seconds, tps in tokens/s.
 
@@ -127,38 +203,56 @@ class Profile:
 
         Explicit numbers mean what they say: --ttft sets the median (p90/p99 scale with it, so
         the provider's tail shape stays) and replaces the prompt-dependent first-token model
-        (prefill, prompt cache, hidden reasoning), so the first token comes at that time
-        whatever the prompt; --tps sets the mean rate and drops the context slowdown.
-        --jitter scales every spread (0 = constant timing) and is kept on the profile.
+        (prefill, prompt cache), so the first token comes at that time whatever the prompt
+        (thinking goes off too, unless --thinking is given); --tps sets the mean rate of the
+        visible tokens and drops the context slowdown, while hidden thinking keeps the
+        profile's own rate (its seconds stay as chosen). --thinking picks the hidden thinking:
+        off, a level the profile declares, or a number of hidden tokens. --jitter scales every
+        spread (0 = constant timing) and is kept on the profile. Every override is kept in
+        `overrides`, for the effective name.
         """
-        if self.passthrough and (ttft, tps, jitter, speed) != (None, None, None, None):
-            raise ProfileError(
-                f"--ttft/--tps/--jitter/--speed do not apply to passthrough profile '{self.name}'"
-            )
+        given = (ttft, tps, jitter, speed, thinking)
+        if self.passthrough and given != (None,) * len(given):
+            raise ProfileError(f"--ttft/--tps/--jitter/--speed/--thinking do not apply to "
+                               f"passthrough profile '{self.name}'")
         p = self
+        named = dict(self.overrides)
         if speed is not None:
             if math.isnan(v := _option(speed, parse_speed)):
                 raise ProfileError(f"--speed must be a factor from 0.001x to 1000x like 0.5x, 2 "
                                    f"or 200%, got {show(speed)}")
             p = p._faster(v)
+            named["speed"] = f"{p.speed:g}x"
         changes: dict[str, Any] = {}
         if ttft is not None:
             if math.isnan(v := _option(ttft, parse_duration)):
                 raise ProfileError(f"--ttft must be a positive duration of at most 1 hour, "
                                    f"got {show(ttft)}")
             assert p.ttft is not None
-            changes.update(ttft=p.ttft.scaled(v / p.ttft.p50), prefill=None, prompt_cache=None,
-                           reasoning=None)
+            changes.update(ttft=p.ttft.scaled(v / p.ttft.p50), prefill=None, prompt_cache=None)
+            if thinking is None:
+                changes.update(reasoning=None, thinking="off")
+            named["ttft"] = _seconds_text(v)
         if tps is not None:
             if math.isnan(v := _option(tps, parse_rate)):
                 raise ProfileError(f"--tps must be a positive number of tokens/s (0.01 to "
                                    f"1,000,000), got {show(tps)}")
-            changes.update(tps=v, context=None)
+            changes.update(tps=v, context=None, thinking_tps=p.thinking_tps or p.tps)
+            named["tps"] = f"{v:g}"
         if jitter is not None:
             if math.isnan(v := _option(jitter, float, low_ok=True)):
                 raise ProfileError(f"--jitter must be a number >= 0, got {show(jitter)}")
             changes["jitter"] = v
-        return dataclasses.replace(p, **changes)
+            named["jitter"] = f"{v:g}"
+        if thinking is not None:
+            label, spec = p._thinking_choice(thinking)
+            changes.update(reasoning=spec, thinking=label)
+        out = dataclasses.replace(p, **changes)
+        named.pop("thinking", None)
+        if out.thinking != out.thinking_default:
+            named["thinking"] = out.thinking
+        order = tuple((k, named[k]) for k in OVERRIDE_ORDER if k in named)
+        return dataclasses.replace(out, overrides=order)
 
     def _faster(self, k: float) -> Profile:
         """Every duration divided by k, every rate times k (token counts stay)."""
@@ -170,7 +264,43 @@ class Profile:
         if self.stalls is not None:
             changes["stalls"] = dataclasses.replace(
                 self.stalls, duration=self.stalls.duration.scaled(1.0 / k))
+        if self.thinking_tps is not None:
+            changes["thinking_tps"] = self.thinking_tps * k
         return dataclasses.replace(self, **changes)
+
+    # -- what a user waits: the numbers the banner and `retimer profiles` print ----------------
+    def thinking_median_s(self, thinking: str | None = None) -> float:
+        """Median seconds of hidden thinking with a short prompt: the chosen thinking, or the
+        level (or token count) named. 0 when off."""
+        p = self if thinking is None else self.with_overrides(thinking=thinking)
+        if p.reasoning is None or p.tps is None:
+            return 0.0
+        n = float(round(p.reasoning.hidden_tokens.p50))  # jitter keeps the median
+        return float(decode_seconds(n, p._reference_context(), p.thinking_tps or p.tps,
+                                    p.context))
+
+    def first_token_median(self, thinking: str | None = None) -> float:
+        """Median seconds to the first visible token for a short prompt (the reference size,
+        or any prompt without `prefill`): TTFT plus hidden thinking, as streams draw them.
+
+        The median of a sum is not the sum of medians: both parts are taken on a grid of
+        quantile levels and the median of every pairing is returned (deterministic, no RNG).
+        """
+        p = self if thinking is None else self.with_overrides(thinking=thinking)
+        if p.ttft is None or p.tps is None:
+            raise ProfileError(f"profile '{p.name}' is passthrough: it has no timing")
+        u = (np.arange(_MEDIAN_GRID) + 0.5) / _MEDIAN_GRID
+        ttft = p.ttft.jittered(p.jitter).ppf(u)
+        if p.reasoning is None:
+            return float(np.median(ttft))
+        hidden = np.round(p.reasoning.hidden_tokens.jittered(p.jitter).ppf(u))
+        hidden_s = decode_seconds(hidden, p._reference_context(), p.thinking_tps or p.tps,
+                                  p.context)
+        return float(np.median(ttft[:, None] + hidden_s[None, :]))
+
+    def _reference_context(self) -> int:
+        """The context a stream without a known prompt starts from (as stream_timing)."""
+        return self.prefill.reference_tokens if self.prefill is not None else 0
 
     def stream_timing(
         self,
@@ -222,7 +352,7 @@ class Profile:
             prompt_tokens=prompt_tokens, context_start=context_start, cached_tokens=cached,
             prefill=self.prefill, prefill_share=share,
             cache_discount=self.prompt_cache.discount if self.prompt_cache else 0.0,
-            context=self.context, hidden_tokens=hidden,
+            context=self.context, hidden_tokens=hidden, hidden_tps=self.thinking_tps,
             stalls=StallSampler(self.stalls, r_stall, self.jitter) if self.stalls else None,
             steps=steps,
         )

@@ -27,7 +27,8 @@ from retimer.timing import (
     StallSpec,
 )
 
-__all__ = ["DEFAULT_GAP", "ProfileError", "TIMING_KEYS", "TOP_KEYS", "parse_document",
+__all__ = ["DEFAULT_GAP", "LEGACY_LEVEL", "ProfileError", "THINKING_LEVELS", "TIMING_KEYS",
+           "TOP_KEYS", "parse_document",
            "parse_duration", "parse_rate", "parse_speed", "parse_tokens", "parse_ttl",
            "read_yaml", "show"]
 
@@ -320,6 +321,8 @@ def parse_document(data: object, where: str) -> dict[str, Any]:
     for key, parse in _EXTRA.items():
         if key in top:
             out[key] = parse(r, top[key])
+    if "reasoning" in top:
+        out.update(_reasoning(r, top["reasoning"]))
     if "prompt_cache" in out and "prefill" not in out:
         raise r.fail("prompt_cache needs prefill (it discounts prefill time)")
     if (pre := out.get("prefill")) is not None and not pre.reference_s < out["ttft"].p50:
@@ -375,11 +378,42 @@ def _context(r: _Reader, raw: object) -> ContextSpec:
     return ContextSpec(float(n))
 
 
-def _reasoning(r: _Reader, raw: object) -> ReasoningSpec:
-    m = r.mapping("reasoning", raw, ("hidden_tokens",))
-    shape = r.quantiles("reasoning.hidden_tokens", r.require("reasoning", m, "hidden_tokens"),
-                        "a positive number of tokens (at most 100M)", parse_tokens)
-    return ReasoningSpec(shape)
+THINKING_LEVELS = ("low", "medium", "high")
+LEGACY_LEVEL = "on"
+"""The level name of an older `reasoning: {hidden_tokens: ...}` block (thinking on by default)."""
+_HIDDEN = "a positive number of tokens (at most 100M)"
+
+
+def _reasoning(r: _Reader, raw: object) -> dict[str, Any]:
+    """Hidden thinking: named levels (off unless `default` picks one), or the older single
+    `hidden_tokens`, which keeps its behaviour: on by default, as the level `on`."""
+    m = r.mapping("reasoning", raw, ("hidden_tokens", "levels", "default"))
+    if "hidden_tokens" in m:
+        if "levels" in m or "default" in m:
+            raise r.fail("reasoning: give either hidden_tokens (always on, the older form) or "
+                         "levels with an optional default, not both")
+        shape = r.quantiles("reasoning.hidden_tokens", m["hidden_tokens"], _HIDDEN, parse_tokens)
+        spec = ReasoningSpec(shape)
+        return {"reasoning": spec, "thinking_levels": ((LEGACY_LEVEL, spec),),
+                "thinking": LEGACY_LEVEL, "thinking_default": LEGACY_LEVEL}
+    if "levels" not in m:
+        raise r.fail("reasoning: give levels (low, medium, high) with an optional default, or "
+                     "the older hidden_tokens")
+    raw_levels = r.mapping("reasoning.levels", m["levels"], THINKING_LEVELS)
+    if not raw_levels:
+        raise r.fail("reasoning.levels must name at least one of low, medium, high")
+    levels = tuple((k, ReasoningSpec(r.quantiles(f"reasoning.levels.{k}", raw_levels[k],
+                                                 _HIDDEN, parse_tokens)))
+                   for k in THINKING_LEVELS if k in raw_levels)
+    default = m.get("default", "off")
+    default = "off" if default is False else default  # YAML reads a bare off as false
+    names = [k for k, _ in levels]
+    if default != "off" and default not in names:
+        raise r.fail(f"reasoning.default must be off or a declared level "
+                     f"({', '.join(names)}), got {show(default)}")
+    chosen = dict(levels).get(default)
+    return {"reasoning": chosen, "thinking_levels": levels, "thinking": default,
+            "thinking_default": default}
 
 
 def _stalls(r: _Reader, raw: object) -> StallSpec:
@@ -409,5 +443,5 @@ def _speculative(r: _Reader, raw: object) -> SpeculativeSpec:
 
 _EXTRA: dict[str, Callable[[_Reader, object], Any]] = {
     "prefill": _prefill, "prompt_cache": _prompt_cache, "context": _context,
-    "reasoning": _reasoning, "stalls": _stalls, "speculative": _speculative,
+    "stalls": _stalls, "speculative": _speculative,
 }

@@ -1,4 +1,9 @@
-"""`retimer profiles`: the built-in profiles as a table, or one profile's timing in full."""
+"""`retimer profiles`: the built-in profiles as a table, or one profile's timing in full.
+
+Why one headline function: the banner, `retimer browser` and this table must print the same
+number, and that number is the median wait for the first visible token (TTFT plus any hidden
+thinking, `Profile.first_token_median`), never a part of it; tests hold every profile to it.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +24,36 @@ def _tokens(n: float) -> str:
     return f"{n / 1000:g}k" if n >= 1000 else f"{n:g}"
 
 
+def first_token_text(p: Profile) -> str:
+    """The median wait for the first visible token with a short prompt, thinking included."""
+    if p.passthrough or p.ttft is None:
+        return "as upstream"
+    total = p.first_token_median()
+    if p.reasoning is None:
+        return f"{_ms(total)} median"
+    return (f"{_ms(total)} median ({_ms(p.ttft.p50)} + thinking {p.thinking} "
+            f"≈ {_ms(p.thinking_median_s())} median)")
+
+
+def thinking_text(p: Profile) -> str:
+    """The chosen hidden thinking and the levels on offer, each with its median time."""
+    if p.passthrough or p.tps is None:
+        return "-"
+    now = "off" if p.reasoning is None else f"{p.thinking} ≈ {_ms(p.thinking_median_s())} median"
+    if p.reasoning is not None and p.thinking_tps is not None and p.thinking_tps != p.tps:
+        now += f" (at the profile's own {p.thinking_tps:g} tok/s)"
+    others = [f"{k} ≈ {_ms(p.thinking_median_s(k))}" for k, _ in p.thinking_levels
+              if k != p.thinking]
+    return now + (f"; --thinking {', '.join(others)}" if others else "")
+
+
 def timing_lines(p: Profile) -> list[str]:
     """One plain-text line per timing key the profile sets (what `profiles NAME` shows)."""
     if p.passthrough or p.ttft is None or p.tps is None:
         return ["timing: none (the upstream's own timing passes through)"]
     t = p.ttft
-    lines = [f"ttft: p50 {_ms(t.p50)}, p90 {_ms(t.p90)}, p99 {_ms(t.p99)}",
+    lines = [f"first token: {first_token_text(p)} for a short prompt",
+             f"ttft: p50 {_ms(t.p50)}, p90 {_ms(t.p90)}, p99 {_ms(t.p99)}",
              f"decode: {p.tps:g} tok/s mean; gap p90 {p.gap[0]:g}x, p99 {p.gap[1]:g}x the median"]
     if p.speculative is not None:
         s = p.speculative
@@ -47,11 +76,12 @@ def timing_lines(p: Profile) -> list[str]:
     if p.context is not None:
         lines.append(f"context: decode rate halves at {_tokens(p.context.half_rate_at)} "
                      "tokens of prompt + output")
-    if p.reasoning is not None:
-        h = p.reasoning.hidden_tokens
-        lines.append(f"reasoning: hidden thinking p50 {h.p50:.0f}, p90 {h.p90:.0f}, p99 "
-                     f"{h.p99:.0f} tokens at the decode rate before the first visible token "
-                     f"(about {_ms(h.p50 / p.tps)} at p50)")
+    lines.append(f"thinking: {thinking_text(p)}")
+    for name, spec in p.thinking_levels:
+        h = spec.hidden_tokens
+        lines.append(f"  {name}: hidden tokens p50 {h.p50:.0f}, p90 {h.p90:.0f}, p99 {h.p99:.0f} "
+                     f"before the first visible token; first token "
+                     f"{_ms(p.first_token_median(name))} median")
     if p.stalls is not None:
         st, d = p.stalls, p.stalls.duration
         lines.append(f"stalls: {st.per_1000_tokens:g} per 1000 tokens ({st.where}), lasting "
@@ -81,11 +111,12 @@ def print_profiles(args: list[str]) -> None:
         return
     table = Table(title="retimer built-in profiles (retimer profiles NAME for details)")
     for col, justify in (("name", "left"), ("aliases", "left"), ("TTFT p50", "right"),
-                         ("tok/s", "right"), ("description", "left")):
+                         ("tok/s", "right"), ("thinking (median)", "left"),
+                         ("description", "left")):
         table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for p in builtin_profiles():
-        ttft = "-" if p.ttft is None else f"{p.ttft.p50 * 1000:.0f} ms"
+        ttft = "-" if p.ttft is None else _ms(p.first_token_median())
         tps = "-" if p.tps is None else f"{p.tps:g}"
         table.add_row(escape(p.name), escape(", ".join(p.aliases)), ttft, tps,
-                      escape(p.description))
+                      escape(thinking_text(p)), escape(p.description))
     console.print(table)

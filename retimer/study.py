@@ -24,6 +24,7 @@ Schema (one-line errors name the key)::
         tps: 20
         jitter: 0.5
         speed: 1x
+        thinking: medium           # off | low | medium | high | a number of hidden tokens
       - frontier                   # shorthand: a profile name that is also the condition name
 
 How units map to conditions (`StudyDesign.assign`):
@@ -45,17 +46,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .profile import EXPLICIT_SPEED_BASE
+
 __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "StudyError",
            "UNITS", "participant_number", "parse_study", "resolve_conditions", "williams_square"]
 
 UNITS = ("participant", "conversation", "request")
 COUNTERBALANCING = ("none", "latin-square")
 PARTICIPANT_IDS = ("any", "numbered")
-OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed")
+OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")
 TOP_KEYS = ("name", "description", "seed", "unit", "counterbalancing", "block_size",
             "participant_ids", "ratings", "conditions")
 CONDITION_KEYS = ("name", "profile", *OVERRIDE_KEYS)
-DEFAULT_BASE = "frontier"  # base profile of a condition given only by ttft and tps
+DEFAULT_BASE = EXPLICIT_SPEED_BASE  # a condition given only by ttft and tps: as on the CLI
 _SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _PARTICIPANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _NUMBERED = re.compile(r"[A-Za-z._-]*?(\d{1,9})")
@@ -72,7 +75,7 @@ class StudyError(ValueError):
 class Condition:
     name: str
     profile: str  # a built-in name/alias or a path (already made relative to the study file)
-    overrides: tuple[tuple[str, str], ...] = ()  # (key, value) for ttft/tps/jitter/speed
+    overrides: tuple[tuple[str, str], ...] = ()  # (key, value) for ttft/tps/jitter/speed/thinking
 
 
 class _Profile(Protocol):
@@ -234,6 +237,8 @@ def _seed(data: Mapping[str, Any]) -> int | str:
 
 
 def _override(value: object, key: str) -> str:
+    if key.endswith(".thinking") and isinstance(value, bool):
+        return "on" if value else "off"  # YAML reads a bare off/on as a boolean
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise StudyError(f"{key}: expected a number or a string like 400ms, got {_show(value)}")
     return str(value)

@@ -1,6 +1,7 @@
 """`retimer study STUDY.yaml --participant ID [proxy options]`: the proxy running a study.
 
-The conditions set the timing, so --profile, --ttft, --tps, --jitter and --speed are refused.
+The conditions set the timing, so --profile, --ttft, --tps, --jitter, --speed and --thinking
+are refused.
 Without --seed the timing model's seed comes from the study seed and the participant (a re-run
 draws the same timings); without --log records go to ./retimer-study-<participant>.jsonl.
 The banner and live view show neither the study's name nor its conditions (blinding).
@@ -19,7 +20,7 @@ from typing import NoReturn
 from .cli import _proxy_parser, _run_proxy, fail
 from .study import StudyDesign, StudyError, williams_square
 
-TIMING_OPTIONS = ("profile", "ttft", "tps", "jitter", "speed")
+TIMING_OPTIONS = ("profile", "ttft", "tps", "jitter", "speed", "thinking")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,6 +53,7 @@ def main(argv: list[str]) -> None:
             fail(f"--{option}: in a study the conditions set the timing; "
                  f"put it in a condition of {args.study}")
     args.profile, args.ttft, args.tps, args.jitter, args.speed = "cerebras", "", "", "", ""
+    args.thinking = ""
     from .study_addon import load_study
 
     try:

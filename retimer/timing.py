@@ -11,7 +11,9 @@ of `reference_tokens`, of which ref/prefill_tps is prefill. Another prompt moves
 (effective_tokens - ref) / prefill_tps, where cached tokens count (1 - discount). It never
 falls below the draw's non-prefill part, d * (1 - share), share = (ref / prefill_tps) / p50:
 a median draw holds exactly the reference prefill, a faster draw proportionally less. Hidden
-reasoning time is then added: its tokens at the decode rate, context slowdown included.
+reasoning time (a visible choice: `--thinking`) is then added: its tokens at the profile's own
+decode rate (not a --tps override, which re-paces only what the client sees), context slowdown
+included.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from retimer.distributions import ChunkSampler, GapSampler, QuantileShape, sampl
 
 __all__ = ["EARLY_TOKENS", "MAX_PREFILL_SHARE", "ContextSpec", "PrefillSpec", "PromptCacheSpec",
            "ReasoningSpec", "SpeculativeSpec", "StallSampler", "StallSpec", "StreamTiming",
-           "speculative_chunks"]
+           "decode_seconds", "speculative_chunks"]
 
 EARLY_TOKENS = 256
 """`stalls.where`: `early` stalls fall among the first this many visible tokens, `late` after."""
@@ -156,6 +158,7 @@ class StreamTiming:
         cache_discount: float = 0.0,
         context: ContextSpec | None = None,
         hidden_tokens: int = 0,
+        hidden_tps: float | None = None,
         stalls: StallSampler | None = None,
         steps: bool = False,
     ) -> None:
@@ -165,6 +168,8 @@ class StreamTiming:
         self.cached_tokens = cached_tokens
         self._gaps, self._chunks, self._stalls = gaps, chunks, stalls
         self._tps, self._context, self._steps = tps, context, steps
+        # hidden thinking runs at the profile's own rate: --tps re-paces the visible tokens only
+        self._hidden_tps = hidden_tps if hidden_tps is not None else tps
         self._step_due = False
         self._step_left = 0  # tokens of the current speculative step not yet given a gap
         self._position = 0  # gap() calls so far: visible tokens after the first
@@ -181,7 +186,7 @@ class StreamTiming:
             self.prefill_s = base - ttft_draw
         self._base_ttft = base
         self.hidden_tokens = hidden_tokens
-        self.hidden_s = self.decode_s(hidden_tokens, self.context_start)
+        self.hidden_s = self.decode_s(hidden_tokens, self.context_start, self._hidden_tps)
         self.ttft = base + self.hidden_s
 
     def rate_at(self, context_tokens: float) -> float:
@@ -190,13 +195,13 @@ class StreamTiming:
             return self._tps
         return self._tps / (1.0 + context_tokens / self._context.half_rate_at)
 
-    def decode_s(self, n: int, context_tokens: float) -> float:
-        """Mean seconds to decode n tokens starting at `context_tokens` (no stalls)."""
+    def decode_s(self, n: int, context_tokens: float, tps: float | None = None) -> float:
+        """Mean seconds to decode n tokens starting at `context_tokens` (no stalls), at `tps`
+        (default: the visible decode rate)."""
         if n <= 0:
             return 0.0
-        if self._context is None:
-            return n / self._tps
-        return n / self._tps * (1.0 + (context_tokens + (n - 1) / 2.0) / self._context.half_rate_at)
+        return float(decode_seconds(n, context_tokens, self._tps if tps is None else tps,
+                                    self._context))
 
     def expected_decode_s(self, n_tokens: int) -> float:
         """Mean seconds from the first visible token to the n-th (for planning; no stalls)."""
@@ -258,6 +263,15 @@ class StreamTiming:
             "stalls": self.stalls,
             "stall_ms": round(self.stall_s * 1000, 3),
         }
+
+
+def decode_seconds(n: Any, context_tokens: float, tps: float,
+                   context: ContextSpec | None) -> Any:
+    """Mean seconds to decode n tokens (a number or a numpy array) from `context_tokens` at
+    `tps`, with the context slowdown: one formula for streams and for what the banner says."""
+    if context is None:
+        return n / tps
+    return n / tps * (1.0 + (context_tokens + (n - 1) / 2.0) / context.half_rate_at)
 
 
 def chunk_distribution(

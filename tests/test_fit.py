@@ -131,7 +131,7 @@ def test_records_left_out_and_why() -> None:
 
 
 def test_prefill_slope_from_prompt_sizes() -> None:
-    p = load_profile("groq")  # prefill 15k tok/s, TTFT quantiles at a 1000-token prompt
+    p = load_profile("groq")  # prefill 15k tok/s, TTFT quantiles at its reference prompt
     assert p.prefill is not None and p.ttft is not None
     recs = synthetic_traffic.records(p, 1000, (20, 60), seed=2, prompts=(1000, 40000))
     fit = _fit(recs)
@@ -139,7 +139,7 @@ def test_prefill_slope_from_prompt_sizes() -> None:
     tps, ref = fit.prefill
     _close(tps, p.prefill.tps, 0.05, "prefill tps")
     # the fitted quantiles stand for a `ref`-token prompt: the profile's moved by the prefill
-    want = p.ttft.p50 * 1000 + (ref - 1000) / p.prefill.tps * 1000
+    want = p.ttft.p50 * 1000 + (ref - p.prefill.reference_tokens) / p.prefill.tps * 1000
     _close(fit.ttft_ms[0], want, 0.05, "TTFT p50 at the reference prompt")
     same = synthetic_traffic.records(p, 200, (20, 60), seed=2, prompts=(1000, 1100))
     flat = _fit(same)

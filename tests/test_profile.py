@@ -135,9 +135,12 @@ def test_tps_and_jitter_overrides() -> None:
     assert p.ttft is not None and t.ttft == p.ttft.p50
     assert {t.gap() for _ in range(300)} == {1 / 40}  # --tps is the rate: no context slowdown
     # without --tps, groq's `context` (half rate at 100k) makes gap i exactly 1/rate at its
-    # position; a stream without a known prompt starts at the 1000-token reference
-    t = load_profile("groq").with_overrides(jitter=0).stream_timing(np.random.default_rng(1))
-    want = [(1 + (1000 + i) / 100_000) / 1400 for i in range(1, 301)]
+    # position; a stream without a known prompt starts at the profile's reference prompt
+    groq = load_profile("groq")
+    assert groq.prefill is not None
+    t = groq.with_overrides(jitter=0).stream_timing(np.random.default_rng(1))
+    ref = groq.prefill.reference_tokens
+    want = [(1 + (ref + i) / 100_000) / 1400 for i in range(1, 301)]
     assert [t.gap() for _ in range(300)] == pytest.approx(want, rel=1e-12)
     shifted = load_profile("groq").with_overrides(ttft="400ms").ttft
     assert shifted is not None and shifted.p50 == pytest.approx(0.4)
@@ -174,8 +177,9 @@ def test_stream_timing_reproduces_and_follows_the_profile() -> None:
     assert p.ttft is not None
     assert abs(np.median(draws) / p.ttft.p50 - 1) < 0.03
     assert abs(np.quantile(draws, 0.9) / p.ttft.p90 - 1) < 0.04
-    t = p.stream_timing(np.random.default_rng(5))
-    # GPT-5 has context and hidden reasoning: whole blocks of gaps sum to the mean time exactly
+    t = p.with_overrides(thinking="medium").stream_timing(np.random.default_rng(5))
+    # GPT-5 has context and, when chosen, hidden reasoning: whole blocks of gaps sum to the
+    # mean time exactly
     assert abs(sum(t.gap() for _ in range(1280)) / t.expected_decode_s(1281) - 1) < 1e-9
     assert t.ttft == pytest.approx(t.ttft_draw + t.hidden_s) and t.hidden_tokens > 0
 
@@ -278,7 +282,13 @@ BROKEN = [
     (doc() + "context: {half_rate_at: lots}\n", "context.half_rate_at"),
     (doc() + "context: {half_rate: 64k}\n", "unknown key 'context.half_rate' (did you mean"),
     (doc() + "reasoning: {hidden_tokens: 800}\n", "reasoning.hidden_tokens must be a mapping"),
-    (doc() + "reasoning: {}\n", "missing required key 'reasoning.hidden_tokens'"),
+    (doc() + "reasoning: {}\n", "reasoning: give levels (low, medium, high)"),
+    (doc() + "reasoning: {levels: {extreme: {p50: 1, p90: 2, p99: 3}}}\n",
+     "unknown key 'reasoning.levels.extreme'"),
+    (doc() + "reasoning: {levels: {low: {p50: 1, p90: 2, p99: 3}}, default: high}\n",
+     "reasoning.default must be off or a declared level (low), got 'high'"),
+    (doc() + "reasoning: {hidden_tokens: {p50: 1, p90: 2, p99: 3}, default: \"off\"}\n",
+     "give either hidden_tokens"),
     (doc() + "reasoning: {hidden_tokens: {p50: 800, p90: 3000}}\n",
      "missing required key 'reasoning.hidden_tokens.p99'"),
     (doc() + "reasoning: {hidden_tokens: {p50: 800, p90: 300, p99: 8000}}\n",

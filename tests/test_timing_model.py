@@ -372,22 +372,28 @@ def test_every_table_row_models_prefill_and_context_with_cited_sources() -> None
         assert p.prefill is not None and p.context is not None, p.name
         assert "Prefill" in p.source and "Context" in p.source, p.name
         assert p.prefill.reference_s < p.ttft.p50  # type: ignore[union-attr]
-        for key in ("prompt_cache", "reasoning", "stalls", "speculative"):
+        for key in ("prompt_cache", "stalls", "speculative"):
             if getattr(p, key) is not None:
                 assert key.replace("_", " ").split()[0].capitalize() in p.source, (p.name, key)
+        # used as it is, a table row waits the table's TTFT: thinking is off until chosen
+        assert p.reasoning is None and p.thinking == "off", p.name
+        if p.thinking_levels:
+            assert "Thinking levels" in p.source, p.name
     by_name = {p.name: p for p in rows}
     for name in ("openai-gpt-5-mini", "openai-gpt-5", "openai-o3", "anthropic-claude-haiku",
                  "anthropic-claude-sonnet", "anthropic-claude-opus", "google-gemini-2.5-flash",
                  "google-gemini-2.5-pro", "deepseek-api-r1"):
         assert by_name[name].prompt_cache is not None, name
     for name in ("openai-o3", "deepseek-api-r1", "openai-gpt-5", "google-gemini-2.5-pro"):
-        assert by_name[name].reasoning is not None, name
+        assert [k for k, _ in by_name[name].thinking_levels] == ["low", "medium", "high"], name
     assert load_profile("human-reading").prefill is None  # the new keys stay optional
 
 
-def test_o3_thinks_before_its_first_visible_token() -> None:
-    p = load_profile("o3")
+def test_o3_thinks_before_its_first_visible_token_when_asked() -> None:
+    plain = load_profile("o3")
     rng = np.random.default_rng(11)
+    assert all(plain.stream_timing(rng).hidden_tokens == 0 for _ in range(200))
+    p = plain.with_overrides(thinking="medium")
     t = [p.stream_timing(rng) for _ in range(2000)]
     hidden = np.median([x.hidden_s for x in t])
     assert 15 < hidden < 35  # ~900 tokens at 40 tok/s: AA's 23 s to the first answer token
@@ -397,7 +403,8 @@ def test_o3_thinks_before_its_first_visible_token() -> None:
 def test_profiles_command_describes_the_new_keys() -> None:
     o3 = "\n".join(timing_lines(load_profile("o3")))
     for word in ("ttft:", "decode:", "chunking:", "prefill: 20000 tok/s", "prompt cache:",
-                 "context: decode rate halves at 69k", "reasoning: hidden thinking p50 900"):
+                 "context: decode rate halves at 69k", "thinking: off; --thinking low ≈",
+                 "medium: hidden tokens p50 900, p90 4000, p99 10000"):
         assert word in o3, word
     assert "stalls: 0.05 per 1000 tokens" in "\n".join(timing_lines(load_profile("sonnet")))
     assert "speculative: 3 draft tokens" in "\n".join(timing_lines(load_profile("fireworks")))
