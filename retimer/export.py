@@ -3,7 +3,9 @@
 Why CSV with these columns: R (`read.csv`) and pandas (`read_csv`) read it as is: one header
 row, numbers in milliseconds and tokens/s, `true`/`false` for flags, empty cells for missing
 values. Timing columns are what the client got (the records' `emitted` figures); `profile`
-and the `target_*` columns are the experimenter's view of the condition.
+(the base name), `effective_profile` (the name plus overrides, e.g. `openai-gpt-5 tps=10`:
+group by this one, so changed timing is never filed under the base) and the `target_*`
+columns are the experimenter's view of the condition.
 """
 
 from __future__ import annotations
@@ -16,13 +18,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from .cmdline import fail
+from .cmdline import OneLineParser, fail
 
 __all__ = ["COLUMNS", "main", "read_log", "rows"]
 
 COLUMNS = (
     "time", "stream_id", "study", "participant", "condition", "unit", "conversation",
-    "protocol", "profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
+    "protocol", "profile", "effective_profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
     "tokens", "upstream_bound", "upstream_wait_ms", "outcome", "rating_speed", "rating_quality",
 )
 
@@ -102,6 +104,8 @@ def rows(log: Log) -> Iterator[dict[str, Any]]:
             "participant": s.get("participant"), "condition": s.get("condition"),
             "unit": s.get("unit"), "conversation": s.get("conversation"),
             "protocol": s.get("protocol"), "profile": s.get("profile"),
+            # what ran: the name plus overrides (older logs: the base name)
+            "effective_profile": s.get("effective_profile") or s.get("profile"),
             "target_ttft_ms": target.get("ttft_ms"), "target_tps": target.get("tps"),
             "ttft_ms": emitted.get("ttft_ms"), "ttfat_ms": emitted.get("ttfat_ms"),
             "tps": emitted.get("tps"), "tokens": emitted.get("tokens"),
@@ -123,13 +127,12 @@ def write_csv(log: Log, out: TextIO) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="retimer export",
         description="One CSV row per stream of a records log, joined with its ratings.",
     )
     p.add_argument("log", metavar="LOG.jsonl", help="a records log (retimer --log)")
     p.add_argument("--csv", metavar="FILE", default="-", help="where to write (default: stdout)")
-    p.error = lambda message: _fail(f"{message} (see retimer export --help)")  # type: ignore[method-assign]
     return p
 
 

@@ -442,6 +442,10 @@ def test_export_csv_from_a_real_log(rated: dict[str, Any], tmp_path: Path) -> No
         assert (row["study"], row["participant"], row["protocol"]) == \
             ("blind-test", "P2", "openai-chat")
         assert row["profile"] == rec["profile"] and row["time"] == rec["time"]
+        # what ran: the condition's overrides are in the name, never filed under the base
+        assert row["effective_profile"] == rec["effective_profile"] == \
+            {c["name"]: f"openai-gpt-5 ttft={c['ttft']} tps={c['tps']} jitter=0"
+             for c in CONDITIONS}[rec["condition"]]
         assert float(row["ttft_ms"]) == em["ttft_ms"] and float(row["tps"]) == em["tps"]
         assert float(row["ttfat_ms"]) == em["ttfat_ms"] and int(row["tokens"]) == em["tokens"]
         assert float(row["target_ttft_ms"]) == rec["target"]["ttft_ms"]

@@ -225,3 +225,44 @@ def test_study_conditions_take_thinking() -> None:
     profiles = resolve_conditions(design, "study.yaml", load_profile)
     assert profiles["a"].thinking == "off" and profiles["a"].effective_name == "openai-o3"
     assert profiles["b"].effective_name == "openai-o3 tps=10 thinking=high"
+
+
+# ---------------------------------------------------------------- through the real proxy
+
+
+@pytest.mark.parametrize("extra", [(), ("--tps", "10")], ids=["o3", "o3-tps-10"])
+def test_o3_streams_through_the_proxy_plan_the_tables_ttft(tmp_path: Path,
+                                                           extra: tuple[str, ...]) -> None:
+    """A handful of --profile o3 streams, short prompt, fast upstream: their records plan a
+    first token near the table's 1.5 s (with --tps 10 too), and name the profile that ran.
+    The planned `target.ttft_ms` is checked, not wall-clock time (a shared, noisy machine);
+    the client's own first token is only held to "not before the plan"."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+    from proxy import RetimerProxy
+    from upstream import FakeLLM, make_openai_stream
+
+    n = 6
+    with FakeLLM(make_openai_stream("Tokens are pieces of words.")) as fake, \
+            RetimerProxy(tmp_path, "--profile", "o3", "--seed", "13", *extra) as proxy:
+        def chat(i: int) -> str:
+            with httpx.Client(proxy=proxy.url, timeout=60) as c:
+                r = c.post(fake.url + "/v1/chat/completions", json={
+                    "model": "o3", "stream": True,
+                    "messages": [{"role": "user", "content": f"Hello {i}! What is a token?"}]})
+                return r.text
+        with ThreadPoolExecutor(n) as pool:
+            bodies = list(pool.map(chat, range(n)))
+        records = proxy.records(n, timeout=60)
+        banner = proxy.stdout()
+    assert all("Tokens" in b for b in bodies)
+    assert len(records) == n and {r["outcome"] for r in records} == {"complete"}
+    want = "openai-o3" + (" tps=10" if extra else "")
+    assert {r["effective_profile"] for r in records} == {want}
+    assert {r["profile"] for r in records} == {"openai-o3"}
+    assert {r["model"]["hidden_reasoning_tokens"] for r in records} == {0}
+    planned = np.array([r["target"]["ttft_ms"] for r in records])
+    assert float(np.median(planned)) == pytest.approx(1500, rel=0.25)
+    assert all(r["emitted"]["ttft_ms"] >= r["target"]["ttft_ms"] - 2 for r in records)
+    assert f"profile  {want}: TTFT 1.5 s median" in banner
