@@ -135,14 +135,14 @@ body{font:14px/1.4 system-ui,-apple-system,Segoe UI,sans-serif;margin:24px;color
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 .meta{color:#555;margin:0 0 12px}
 ul.summary{list-style:none;margin:0 0 8px;padding:10px 14px;background:#f6f8fb;
-border:1px solid #dde3ec;border-radius:6px;max-width:1100px}
-ul.summary li{margin:2px 0}ul.summary b{display:inline-block;min-width:130px}
+border:1px solid #dde3ec;border-radius:6px}
+ul.summary li{margin:2px 0;display:grid;grid-template-columns:140px 1fr}
 .table-wrap{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:12.5px}td,th{border-bottom:1px solid #ddd;
 padding:3px 7px;text-align:right;white-space:nowrap}th{background:#f4f4f4}
 th{white-space:normal;vertical-align:bottom}th.span{text-align:center;border-bottom:1px solid #ccc}
 td.l,th.l{text-align:left}td.wrap{white-space:normal;min-width:150px}
-td.url{max-width:260px;overflow:hidden;text-overflow:ellipsis}
+td.url{max-width:220px;overflow:hidden;text-overflow:ellipsis}
 .charts,.grid{display:flex;flex-wrap:wrap;gap:10px}
 svg{background:#fff;border:1px solid #e3e3e3;border-radius:4px}
 svg .title{font-size:11.5px;font-weight:600;fill:#333}svg .tick{font-size:10px;fill:#555}

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from .report import MAX_STREAM_CHARTS, Report, StreamView, stream_chart
-from .svgplot import PALETTE, ROLE_COLORS, Chart
+from .svgplot import PALETTE, ROLE_COLORS, Chart, fit_text
 
 STREAMS_PER_IMAGE = 24
+PANEL_TITLE_CHARS = 46  # a longer title would run into the next panel's
 # the stream panels' three lines, as svgplot draws them (report.stream_chart's roles)
 STREAM_KEY = (("target schedule", "target", "--"), ("upstream arrivals", "upstream", "-"),
               ("client received", "client", "-"))
@@ -44,7 +45,8 @@ def _pyplot() -> Any:
 
 def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
     size = 7 if small else 9
-    ax.set_title(chart.title, fontsize=size + 1, loc="left")
+    title = fit_text(chart.title, PANEL_TITLE_CHARS, 1.0) if small else chart.title
+    ax.set_title(title, fontsize=size + 1, loc="left")
     if chart.bars:
         labels = [b[0] for b in chart.bars]
         ax.barh(range(len(labels)), [b[1] for b in chart.bars],

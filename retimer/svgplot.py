@@ -110,7 +110,7 @@ def render(chart: Chart, width: int = 300, height: int = 170, css_class: str = "
     cls = f' class="{escape(css_class)}"' if css_class else ""
     out = [f'<svg{cls} xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total}" '
            f'viewBox="0 0 {width} {total}" role="img" aria-label="{escape(chart.title)}">',
-           f'<text class="title" x="4" y="14">{escape(_fit(chart.title, width - 8, 7.0))}'
+           f'<text class="title" x="4" y="14">{escape(fit_text(chart.title, width - 8, 7.0))}'
            "</text>"]
     if chart.bars:
         label_w = min(220, 6 * max(len(b[0]) for b in chart.bars) + 10)
@@ -126,14 +126,14 @@ def render(chart: Chart, width: int = 300, height: int = 170, css_class: str = "
     return "".join(out)
 
 
-def _fit(text: str, width: float, char_px: float) -> str:
+def fit_text(text: str, width: float, char_px: float) -> str:
     """The text cut with an ellipsis to about `width` px (the whole text is in a tooltip)."""
     room = max(1, int(width / char_px))
     return text if len(text) <= room else text[:room - 1] + "\u2026"
 
 
 LEGEND_ROW = 14  # px per legend row
-KEY_CHAR_PX = 6.2  # a generous width per character of the 10 px legend text: no overlaps
+KEY_CHAR_PX = 5.9  # a generous width per character of the 10 px legend text: no overlaps
 KEY_SAMPLE_PX = 24  # the line sample and its gap before the text
 
 
@@ -144,7 +144,7 @@ def _legend(series: list[Series], x0: float, y0: float, width: float) -> list[tu
     items: list[tuple[str, int]] = []
     x, row = x0, 0
     for s in series:
-        text = _fit(s.legend_text, width - KEY_SAMPLE_PX, KEY_CHAR_PX)
+        text = fit_text(s.legend_text, width - KEY_SAMPLE_PX, KEY_CHAR_PX)
         w = KEY_SAMPLE_PX + KEY_CHAR_PX * len(text) + 12
         if x > x0 and x + w > x0 + width:
             x, row = x0, row + 1
@@ -224,7 +224,7 @@ def _bars(chart: Chart, left: float, top: float, pw: float, ph: float) -> list[s
         mid = y + bar / 2 + 3
         out.append(
             f'<text class="tick" x="{left - 4}" y="{mid:.1f}" text-anchor="end">'
-            f"{escape(label)}</text>"
+            f"{escape(fit_text(label, left - 8, 6.0))}</text>"
             f'<rect class="bar" x="{left}" y="{y:.1f}" width="{max(w, 0.5):.1f}" '
             f'height="{bar:.1f}" fill="{PALETTE[i % len(PALETTE)]}">'
             f"<title>{escape(label)}: {escape(text)}</title></rect>"
