@@ -68,6 +68,7 @@ def test_openai_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, proxy: 
     (record,) = proxy.records(1)
     assert record["protocol"] == "openai-chat"
     assert record["profile"] == "openai-gpt-5"
+    assert record["effective_profile"] == "openai-gpt-5 ttft=300ms tps=200 jitter=0"  # what ran
     assert record["target"] == {"ttft_ms": 300.0, "tps": 200.0}
     assert record["outcome"] == "complete"
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 40
