@@ -247,7 +247,8 @@ async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
     ca, bundle = _ca_files(confdir_of(args))
     if not args.quiet:  # the address without credentials: they never reach the terminal
         local = "LLM hosts and local model servers" if args.local else "LLM hosts"
-        print(f"retimer: {proxy_url(args.listen_host, port)} ({addon.profile.name}), {local} "
+        ran = addon.profile.effective_name  # the name plus overrides: what this run plays
+        print(f"retimer: {proxy_url(args.listen_host, port)} ({ran}), {local} "
               f"re-timed; running {' '.join(command)}", file=sys.stderr)
     proxy = proxy_url(args.listen_host, port, args.proxy_auth)
     env = launch_env(proxy, str(bundle), str(ca), local=args.local)

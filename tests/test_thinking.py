@@ -126,7 +126,8 @@ def test_thinking_levels_and_token_counts() -> None:
     p = load_profile("o3")
     medians = [p.thinking_median_s(k) for k in ("low", "medium", "high")]
     assert 0 < medians[0] < medians[1] < medians[2]
-    assert p.thinking_median_s() == 0.0 and p.first_token_median() == p.ttft.p50  # type: ignore[union-attr]
+    assert p.ttft is not None
+    assert p.thinking_median_s() == 0.0 and p.first_token_median() == p.ttft.p50
     exact = p.with_overrides(thinking="2k")
     assert exact.thinking == "2000" and exact.effective_name == "openai-o3 thinking=2000"
     t = exact.stream_timing(np.random.default_rng(1), prompt=SHORT)
