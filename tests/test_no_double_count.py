@@ -537,3 +537,257 @@ def test_counted_text_is_the_answer(name: str) -> None:
     assert counted(name) == ref
     if row.expect in SDK_CHECKS:
         SDK_CHECKS[row.expect](data, ref)
+
+
+# -- synthetic streams: documented repeat events no capture has --------------------------------
+def _sse(*objs: Any, named: str | None = "type") -> bytes:
+    out = b""
+    for obj in objs:
+        if isinstance(obj, str):
+            out += f"data: {obj}\n\n".encode()
+            continue
+        name = obj.get(named) if named else None
+        out += (f"event: {name}\n" if name else "").encode() + b"data: " + json.dumps(obj).encode() + b"\n\n"
+    return out
+
+
+def _count(method: str, host: str, path: str, ctype: str, data: bytes) -> Texts:
+    from retimer.protocols import fallback_adapter, find_adapter
+    from retimer.protocols.base import RequestShape
+
+    shape = RequestShape(method, host, path, {}, b'{"stream": true}')
+    found = find_adapter(shape, ctype)
+    adapter = found() if found is not None else fallback_adapter(ctype)
+    assert adapter is not None
+    events = [*adapter.feed(data), *adapter.end()]
+    assert b"".join(e.raw for e in events) == data  # bytes pass as they came
+    return {k: v for k, v in channel_texts(events).items() if v}
+
+
+SSE_CT, NDJSON_CT = "text/event-stream", "application/x-ndjson"
+ANSWER = "Paris is the capital of France."
+HALVES = ("Paris is the capital", " of France.")
+THOUGHT = "The user asks about France; the answer is Paris."
+
+_RESPONSE_ITEMS = [
+    {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": THOUGHT}]},
+    {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+     "content": [{"type": "output_text", "text": ANSWER, "annotations": []}]},
+    {"id": "fc_1", "type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+]
+RESPONSES_STREAM = _sse(
+    {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
+    {"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_1", "type": "reasoning", "summary": []}},
+    {"type": "response.reasoning_summary_part.added", "item_id": "rs_1", "part": {"type": "summary_text", "text": ""}},
+    {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": THOUGHT},
+    {"type": "response.reasoning_summary_text.done", "item_id": "rs_1", "text": THOUGHT},
+    {"type": "response.reasoning_summary_part.done", "item_id": "rs_1", "part": {"type": "summary_text", "text": THOUGHT}},
+    {"type": "response.output_item.done", "output_index": 0, "item": _RESPONSE_ITEMS[0]},
+    {"type": "response.output_item.added", "output_index": 1, "item": {**_RESPONSE_ITEMS[1], "content": []}},
+    {"type": "response.content_part.added", "item_id": "msg_1", "part": {"type": "output_text", "text": ""}},
+    *({"type": "response.output_text.delta", "item_id": "msg_1", "delta": h} for h in HALVES),
+    {"type": "response.output_text.done", "item_id": "msg_1", "text": ANSWER},
+    {"type": "response.content_part.done", "item_id": "msg_1", "part": _RESPONSE_ITEMS[1]["content"][0]},
+    {"type": "response.output_item.done", "output_index": 1, "item": _RESPONSE_ITEMS[1]},
+    {"type": "response.output_item.added", "output_index": 2, "item": {**_RESPONSE_ITEMS[2], "arguments": ""}},
+    {"type": "response.function_call_arguments.delta", "item_id": "fc_1", "delta": '{"a":1}'},
+    {"type": "response.function_call_arguments.done", "item_id": "fc_1", "arguments": '{"a":1}'},
+    {"type": "response.output_item.done", "output_index": 2, "item": _RESPONSE_ITEMS[2]},
+    {"type": "response.completed", "response": {"id": "r", "status": "completed", "output": _RESPONSE_ITEMS}},
+)
+EXPECTED_RESPONSES = {REASONING: THOUGHT, TEXT: ANSWER, TOOL_ARGS: '{"a":1}'}
+
+SYNTHETIC: dict[str, tuple[tuple[str, str, str, str], bytes, Texts]] = {
+    # OpenAI Responses: every .done event, output_item.done and response.completed repeat text
+    "responses-done-and-completed": (
+        ("POST", "api.openai.com", "/v1/responses", SSE_CT), RESPONSES_STREAM, EXPECTED_RESPONSES),
+    # Chat Completions: a chunk that also carries the whole `message` (some compatible servers),
+    # vLLM's `reasoning` mirroring `reasoning_content`, OpenRouter's reasoning_details mirror
+    "chat-message-and-mirrors": (("POST", "api.openai.com", "/v1/chat/completions", SSE_CT), _sse(
+        {"choices": [{"index": 0, "delta": {"reasoning": THOUGHT, "reasoning_content": THOUGHT}}]},
+        {"choices": [{"index": 0, "delta": {"reasoning": "!", "reasoning_details": [
+            {"type": "reasoning.text", "text": "!", "index": 0}]}}]},
+        *({"choices": [{"index": 0, "delta": {"content": h}}]} for h in HALVES),
+        {"choices": [{"index": 0, "delta": {}, "message": {"role": "assistant", "content": ANSWER},
+                      "finish_reason": "stop"}]},
+        "[DONE]", named=None), {REASONING: THOUGHT + "!", TEXT: ANSWER}),
+    # Anthropic: message_delta / message_stop / content_block_stop carry no text
+    "anthropic-end-events": (("POST", "api.anthropic.com", "/v1/messages", SSE_CT), _sse(
+        {"type": "message_start", "message": {"id": "m", "content": [], "role": "assistant"}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": h}} for h in HALVES),
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "citations_delta", "citation": {
+            "type": "char_location", "cited_text": ANSWER, "document_index": 0}}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 8}},
+        {"type": "message_stop"}), {TEXT: ANSWER}),
+    # Cohere v2: citation-start repeats a span of the answer; message-end has no text
+    "cohere-v2-citation-and-end": (("POST", "api.cohere.com", "/v2/chat", SSE_CT), _sse(
+        {"type": "message-start", "id": "x", "delta": {"message": {"role": "assistant", "content": []}}},
+        {"type": "content-start", "index": 0, "delta": {"message": {"content": {"type": "text", "text": ""}}}},
+        *({"type": "content-delta", "index": 0, "delta": {"message": {"content": {"text": h}}}} for h in HALVES),
+        {"type": "citation-start", "index": 0, "delta": {"message": {"citations": {
+            "start": 0, "end": 5, "text": "Paris", "sources": []}}}},
+        {"type": "citation-end", "index": 0},
+        {"type": "content-end", "index": 0},
+        {"type": "message-end", "delta": {"finish_reason": "COMPLETE"}}), {TEXT: ANSWER}),
+    # Gemini Interactions: the legacy interaction.complete carries the outputs
+    "interactions-complete-with-outputs": (("POST", "generativelanguage.googleapis.com", "/v1beta/interactions",
+                                            SSE_CT), _sse(
+        {"event_type": "interaction.start", "interaction": {"id": "i", "status": "in_progress"}},
+        {"event_type": "content.start", "index": 0, "content": {"type": "text"}},
+        *({"event_type": "content.delta", "index": 0, "delta": {"type": "text", "text": h}} for h in HALVES),
+        {"event_type": "content.stop", "index": 0},
+        {"event_type": "interaction.complete", "interaction": {"id": "i", "status": "completed",
+                                                                "outputs": [{"type": "text", "text": ANSWER}]}},
+        named="event_type"), {TEXT: ANSWER}),
+    # Gemini: the last chunk has finishReason and usage, no repeated text
+    "gemini-last-chunk": (("POST", "generativelanguage.googleapis.com",
+                           "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", SSE_CT), _sse(
+        *({"candidates": [{"content": {"parts": [{"text": h}], "role": "model"}}]} for h in HALVES),
+        {"candidates": [{"content": {"parts": [{"text": ""}], "role": "model"}, "finishReason": "STOP"}],
+         "usageMetadata": {"candidatesTokenCount": 8}}, named=None), {TEXT: ANSWER}),
+    # Ollama: the done message is empty; its stats are no text
+    "ollama-done": (("POST", "localhost:11434", "/api/chat", NDJSON_CT), b"".join(
+        json.dumps(o).encode() + b"\n" for o in (
+            {"model": "m", "message": {"role": "assistant", "content": "", "thinking": THOUGHT}, "done": False},
+            *({"model": "m", "message": {"role": "assistant", "content": h}, "done": False} for h in HALVES),
+            {"model": "m", "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "stop",
+             "eval_count": 8})), {REASONING: THOUGHT, TEXT: ANSWER}),
+    # TGI: the last event repeats everything in generated_text; the EOS token is special
+    "tgi-generated-text": (("POST", "localhost:8080", "/generate_stream", SSE_CT), _sse(
+        *({"index": i, "token": {"id": i, "text": h, "logprob": -0.1, "special": False},
+           "generated_text": None, "details": None} for i, h in enumerate(HALVES)),
+        {"index": 2, "token": {"id": 2, "text": "</s>", "logprob": 0.0, "special": True},
+         "generated_text": ANSWER, "details": {"finish_reason": "eos_token", "generated_tokens": 3}},
+        named=None), {TEXT: ANSWER}),
+    # Z.ai web: the done phase carries no new text
+    "zai-done": (("POST", "chat.z.ai", "/api/v2/chat/completions", SSE_CT), _sse(
+        *({"type": "chat:completion", "data": {"delta_content": h, "phase": "answer"}} for h in HALVES),
+        {"type": "chat:completion", "data": {"phase": "done", "done": True, "usage": {"total_tokens": 9}}},
+        named=None), {TEXT: ANSWER}),
+}
+
+
+def _frame(event_type: str, payload: dict[str, Any]) -> bytes:
+    """One AWS event stream frame with string headers and valid CRCs."""
+    import zlib
+
+    headers = b"".join(bytes([len(k)]) + k.encode() + b"\x07" + struct.pack(">H", len(v)) + v.encode()
+                       for k, v in ((":event-type", event_type), (":content-type", "application/json"),
+                                    (":message-type", "event")))
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 16 + len(headers) + len(body), len(headers))
+    head = prelude + struct.pack(">I", zlib.crc32(prelude))
+    return head + headers + body + struct.pack(">I", zlib.crc32(head + headers + body))
+
+
+def _chunk(inner: dict[str, Any]) -> bytes:
+    return _frame("chunk", {"bytes": base64.b64encode(json.dumps(inner).encode()).decode()})
+
+
+_METRICS = {"amazon-bedrock-invocationMetrics": {"inputTokenCount": 5, "outputTokenCount": 8,
+                                                 "invocationLatency": 900, "firstByteLatency": 300}}
+# Cohere v1 chat (api.cohere.com/v1/chat with Accepts: text/event-stream, and Command R on
+# Bedrock): stream-end repeats the answer in response.text and in chat_history's CHATBOT turn
+COHERE_V1 = (
+    {"is_finished": False, "event_type": "stream-start", "generation_id": "g"},
+    *({"is_finished": False, "event_type": "text-generation", "text": h} for h in HALVES),
+    {"is_finished": True, "event_type": "stream-end", "finish_reason": "COMPLETE", "response": {
+        "response_id": "r", "text": ANSWER, "generation_id": "g", "finish_reason": "COMPLETE",
+        "chat_history": [{"role": "USER", "message": "Capital of France?"},
+                         {"role": "CHATBOT", "message": ANSWER}]}},
+)
+BEDROCK = "bedrock-runtime.us-east-1.amazonaws.com"
+EVENTSTREAM_CT = "application/vnd.amazon.eventstream"
+
+SYNTHETIC.update({
+    "generic-cohere-v1-stream-end": (("POST", "api.cohere.com", "/v1/chat", SSE_CT),
+                                     _sse(*COHERE_V1, named="event_type"), {TEXT: ANSWER}),
+    # HuggingChat-style NDJSON: the final answer repeats every streamed token
+    "generic-final-answer": (("POST", "api.together.xyz", "/conversation/x", NDJSON_CT), b"".join(
+        json.dumps(o).encode() + b"\n" for o in (
+            *({"type": "stream", "token": h} for h in HALVES),
+            {"type": "finalAnswer", "text": ANSWER, "interrupted": False})), {TEXT: ANSWER}),
+    # an unknown Responses-like stream (a proxy's own path): .done events repeat the deltas
+    "generic-done-events": (("POST", "api.together.xyz", "/v1/agent/run", SSE_CT), _sse(
+        *({"type": "output_text.delta", "delta": h} for h in HALVES),
+        {"type": "output_text.done", "text": ANSWER},
+        {"type": "message.completed", "message": {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]}},
+    ), {TEXT: ANSWER}),
+    "bedrock-invoke-cohere-command-r": (("POST", BEDROCK, "/model/cohere.command-r-v1%3A0/invoke-with-response-stream",
+                                         EVENTSTREAM_CT),
+                                        b"".join(_chunk({**o, **(_METRICS if o["is_finished"] else {})})
+                                                 for o in COHERE_V1), {TEXT: ANSWER}),
+    "bedrock-invoke-mistral": (("POST", BEDROCK, "/model/mistral.mistral-large-2402-v1%3A0/invoke-with-response-stream",
+                                EVENTSTREAM_CT), b"".join((
+        *(_chunk({"outputs": [{"text": h, "stop_reason": None}]}) for h in HALVES),
+        _chunk({"outputs": [{"text": "", "stop_reason": "stop"}], **_METRICS}))), {TEXT: ANSWER}),
+    "bedrock-invoke-llama": (("POST", BEDROCK, "/model/meta.llama3-70b-instruct-v1%3A0/invoke-with-response-stream",
+                              EVENTSTREAM_CT), b"".join((
+        *(_chunk({"generation": h, "prompt_token_count": None, "generation_token_count": 4,
+                  "stop_reason": None}) for h in HALVES),
+        _chunk({"generation": "", "prompt_token_count": None, "generation_token_count": 8,
+                "stop_reason": "stop", **_METRICS}))), {TEXT: ANSWER}),
+    "bedrock-converse-end": (("POST", BEDROCK, "/model/amazon.nova-micro-v1%3A0/converse-stream", EVENTSTREAM_CT),
+                             b"".join((
+        _frame("messageStart", {"role": "assistant"}),
+        *(_frame("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": h}}) for h in HALVES),
+        _frame("contentBlockStop", {"contentBlockIndex": 0}),
+        _frame("messageStop", {"stopReason": "end_turn"}),
+        _frame("metadata", {"usage": {"inputTokens": 5, "outputTokens": 8}, "metrics": {"latencyMs": 900}}))),
+        {TEXT: ANSWER}),
+})
+
+
+def _held_text(body: dict[str, Any]) -> Texts:
+    """What the non-streaming hold counts for a whole JSON body (addon.response)."""
+    from retimer.hold import timing_line
+    from retimer.protocols.generic import GenericStreamAdapter
+
+    line = timing_line(json.dumps(body).encode())
+    assert line is not None
+    adapter = GenericStreamAdapter("ndjson")
+    return {k: v for k, v in channel_texts([*adapter.feed(line), *adapter.end()]).items() if v}
+
+
+NON_STREAMING: dict[str, tuple[dict[str, Any], str]] = {
+    "openai-chat": ({"object": "chat.completion", "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": ANSWER}, "finish_reason": "stop"}]}, ANSWER),
+    "vllm-reasoning-mirror": ({"object": "chat.completion", "choices": [{"index": 0, "message": {
+        "role": "assistant", "content": ANSWER, "reasoning": THOUGHT, "reasoning_content": THOUGHT}}]},
+        THOUGHT + ANSWER),
+    "openrouter-reasoning-details": ({"choices": [{"index": 0, "message": {
+        "role": "assistant", "content": ANSWER, "reasoning": THOUGHT,
+        "reasoning_details": [{"type": "reasoning.text", "text": THOUGHT, "format": "unknown", "index": 0}]}}]},
+        THOUGHT + ANSWER),
+    "responses": ({"object": "response", "status": "completed", "output": _RESPONSE_ITEMS[:2],
+                   "text": {"format": {"type": "text"}}, "reasoning": {"effort": "low", "summary": "auto"}},
+                  THOUGHT + ANSWER),
+    "anthropic": ({"type": "message", "role": "assistant", "content": [
+        {"type": "thinking", "thinking": THOUGHT, "signature": "c2lnbmF0dXJl"},
+        {"type": "text", "text": ANSWER}], "stop_reason": "end_turn"}, THOUGHT + ANSWER),
+    "cohere-v1": ({"response_id": "r", "text": ANSWER, "generation_id": "g", "finish_reason": "COMPLETE",
+                   "chat_history": [{"role": "USER", "message": "Capital of France?"},
+                                    {"role": "CHATBOT", "message": ANSWER}]}, ANSWER),
+    "cohere-v2": ({"id": "x", "message": {"role": "assistant", "content": [{"type": "text", "text": ANSWER}]},
+                   "finish_reason": "COMPLETE"}, ANSWER),
+    "gemini": ({"candidates": [{"content": {"parts": [{"text": THOUGHT, "thought": True}, {"text": ANSWER}],
+                                            "role": "model"}, "finishReason": "STOP"}]}, THOUGHT + ANSWER),
+    "ollama-chat": ({"model": "m", "message": {"role": "assistant", "content": ANSWER, "thinking": THOUGHT},
+                     "done": True, "eval_count": 8}, ANSWER + THOUGHT),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NON_STREAMING))
+def test_non_streaming_body_counts_the_answer_once(case: str) -> None:
+    body, expected = NON_STREAMING[case]
+    got = _held_text(body)
+    assert set(got) == {TEXT}
+    assert sorted(got[TEXT]) == sorted(expected)  # key order decides the order, the count is what matters
+
+
+@pytest.mark.parametrize("case", sorted(SYNTHETIC))
+def test_synthetic_repeat_events_are_not_counted(case: str) -> None:
+    (method, host, path, ctype), data, expected = SYNTHETIC[case]
+    assert _count(method, host, path, ctype, data) == expected

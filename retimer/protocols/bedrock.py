@@ -8,7 +8,9 @@ citations and every other frame pass unchanged.
 InvokeModelWithResponseStream (`.../invoke-with-response-stream`): `chunk` frames carry
 `{"bytes": base64(model-native JSON)}`. Two inner formats are split: Anthropic Messages events
 (`content_block_delta` text/thinking/input_json deltas) and Titan's `outputText`. Other models'
-chunks are counted (Llama's `generation`, else the generic text estimate) and sent whole.
+chunks are counted (Llama's `generation`, else the generic text estimate, kept per stream so
+that a final chunk repeating the answer, e.g. Cohere Command R's stream-end `response.text`
+and chat_history, counts nothing) and sent whole.
 
 A split re-encodes the frame with the original header bytes (same `:event-type`,
 `:content-type`, `:message-type`) and fresh CRCs. Payloads carry `"p"`, random padding that
@@ -35,7 +37,7 @@ from typing import Any, ClassVar, Literal
 from ..eventstream import EventStreamFramer, Frame
 from . import jsontext
 from .base import Adapter, Channel, Event, RequestShape, check_split
-from .generic import estimate_text
+from .generic import GenericStreamAdapter
 from .sse_json import dumps, request_path
 
 __all__ = ["BedrockEventStreamAdapter", "is_amazon_event_stream"]
@@ -114,6 +116,7 @@ class BedrockEventStreamAdapter(Adapter):
 
     def __init__(self) -> None:
         self._framer = EventStreamFramer()
+        self._estimator = GenericStreamAdapter("ndjson")  # other models' chunks, per stream
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
@@ -168,7 +171,7 @@ class BedrockEventStreamAdapter(Adapter):
             return Event(raw=frame.raw)
         if kind == "contentBlockDelta":
             return _converse_event(frame, obj)
-        return _chunk_event(frame, obj)
+        return _chunk_event(frame, obj, self._estimator)
 
 
 def _converse_event(frame: Frame, obj: dict[str, Any]) -> Event:
@@ -191,7 +194,7 @@ def _converse_event(frame: Frame, obj: dict[str, Any]) -> Event:
     return Event(raw=frame.raw)
 
 
-def _chunk_event(frame: Frame, obj: dict[str, Any]) -> Event:
+def _chunk_event(frame: Frame, obj: dict[str, Any], estimator: GenericStreamAdapter) -> Event:
     """An invoke chunk: split Anthropic and Titan inner events, count the others."""
     data = obj.get("bytes")
     try:
@@ -211,7 +214,7 @@ def _chunk_event(frame: Frame, obj: dict[str, Any]) -> Event:
         target = _Chunk(frame, obj, inner, "titan", "outputText")
         return Event(raw=frame.raw, texts=((Channel.TEXT, titan),), payload=target, atomic=outer_extra)
     generation = inner.get("generation")  # Meta Llama
-    text = generation if isinstance(generation, str) else estimate_text(dumps(inner))
+    text = generation if isinstance(generation, str) else estimator.estimate(dumps(inner))
     if not text:
         return Event(raw=frame.raw)
     return Event(raw=frame.raw, texts=((Channel.TEXT, text),), atomic=True)

@@ -10,7 +10,11 @@ adds is an estimate of the text each event carries, so the pacer can count its t
   strings that look like ids, URLs or base64. JSON-patch streams (ChatGPT and DeepSeek web)
   count `v` only when its path, given or inherited from the previous patch, is a text path.
   A string that repeats the previous value at the same place plus more (cumulative formats
-  such as ChatGPT's legacy web stream) counts only the new suffix.
+  such as ChatGPT's legacy web stream) counts only the new suffix. A string that repeats
+  text already counted, starting and ending where counted strings did (a final event with the
+  whole answer: Cohere v1's stream-end `response.text` and its chat_history, a `.done` or
+  `finalAnswer` event, a non-streaming body's mirrored `reasoning` / `reasoning_content`),
+  counts nothing.
 * SSE events named like metadata (`title`, `ping`, `error`, `message_limit`, `close`, ...)
   carry no tokens.
 * Non-JSON data: the data itself, unless it looks like a blob; a base64 blob is decoded and
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import json
 import re
 from collections.abc import Sequence
@@ -55,6 +60,9 @@ _URL = re.compile(r"(?:https?|wss?|data):\S*\Z", re.IGNORECASE)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 _EMBEDDED_TEXT = re.compile(rb'\{"text":"(?:[^"\\]|\\.)*"\}')
 _CUMULATIVE_MIN = 8  # a previous value shorter than this is not taken as a prefix
+_REPEAT_MIN = 16  # a shorter string (a word, an indent) is never taken for a repeat
+_REPEAT_SPAN = 1 << 18  # counted text kept for the repeat check (characters)
+_REPEAT_TRIES = 16  # boundaries a string may repeat the counted text from, latest first
 
 
 class GenericStreamAdapter(Adapter):
@@ -68,6 +76,12 @@ class GenericStreamAdapter(Adapter):
         self._sse = SSEParser()
         self._ndjson = NDJSONParser()
         self._last: dict[str, str] = {}  # place -> previous string there (cumulative check)
+        self._parts: list[str] = []  # the text counted so far (its last _REPEAT_SPAN characters)
+        self._length = 0  # of the text counted so far
+        self._tail = ""  # its end, long enough to index the bounds waiting for text after them
+        self._bounds: list[int] = [0]  # offsets in _counted where a counted string began or ended
+        self._starts: dict[str, list[int]] = {}  # the _REPEAT_MIN characters after a bound -> bounds
+        self._unindexed: list[int] = [0]  # bounds not followed by _REPEAT_MIN characters yet
         self._patch_path = ""  # the JSON-patch path a bare {"v": ...} inherits
 
     @classmethod
@@ -128,6 +142,10 @@ class GenericStreamAdapter(Adapter):
             return Event(raw=raw)
         return Event(raw=raw, texts=((Channel.TEXT, estimate),), atomic=True)
 
+    def estimate(self, data: str) -> str:
+        """The estimated new text of one event's data, given what this stream counted before."""
+        return self._estimate(data)
+
     def _estimate(self, data: str) -> str:
         stripped = data.lstrip("\ufeff").strip()  # an NDJSON body's BOM stays on its first line
         if not stripped or stripped == "[DONE]":
@@ -182,13 +200,63 @@ class GenericStreamAdapter(Adapter):
         self._last[place] = text
         if cumulative and len(previous) >= _CUMULATIVE_MIN and text.startswith(previous):
             text = text[len(previous) :]
+        text = self._unrepeated(text)
         if text:
             out.append(text)
+            self._note_counted(text)
+
+    def _unrepeated(self, text: str) -> str:
+        """`text` without what repeats counted text from one counted boundary to another."""
+        if len(text) < _REPEAT_MIN or text.isspace():
+            return text
+        starts = self._starts.get(text[:_REPEAT_MIN])
+        if not starts:
+            return text
+        counted = self._counted_text()
+        for start in reversed(starts[-_REPEAT_TRIES:]):
+            if counted.startswith(text, start) and _has(self._bounds, start + len(text)):
+                return ""  # counted already, whole
+        return text
+
+    def _counted_text(self) -> str:
+        """The counted text as one string (joined only when a repeat is looked for)."""
+        if len(self._parts) > 1:
+            self._parts = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
+
+    def _note_counted(self, text: str) -> None:
+        """Add `text` to the counted text; index the boundaries by the text that follows them."""
+        self._parts.append(text)
+        self._length += len(text)
+        self._bounds.append(self._length)
+        self._unindexed.append(self._length)
+        self._tail = (self._tail + text)[-(len(text) + _REPEAT_MIN):]
+        tail_start = self._length - len(self._tail)  # every waiting bound is inside the tail
+        while self._unindexed and self._unindexed[0] + _REPEAT_MIN <= self._length:
+            bound = self._unindexed.pop(0)
+            key = self._tail[bound - tail_start:bound - tail_start + _REPEAT_MIN]
+            self._starts.setdefault(key, []).append(bound)
+        if self._length > 2 * _REPEAT_SPAN:  # keep the recent text; boundaries move with it
+            excess = self._length - _REPEAT_SPAN
+            counted = self._counted_text()[excess:]
+            self._parts, self._length = [counted], len(counted)
+            self._bounds = [b - excess for b in self._bounds if b >= excess] or [0]
+            self._starts = {}
+            for b in self._bounds:
+                if b + _REPEAT_MIN <= self._length:
+                    self._starts.setdefault(counted[b:b + _REPEAT_MIN], []).append(b)
+            self._unindexed = [b for b in self._bounds if b + _REPEAT_MIN > self._length]
 
 
 def estimate_text(data: str) -> str:
     """The estimated token-bearing text of one event's data, without stream state."""
     return GenericStreamAdapter()._estimate(data)
+
+
+def _has(bounds: list[int], offset: int) -> bool:
+    """True when `offset` is in the sorted list `bounds`."""
+    i = bisect.bisect_left(bounds, offset)
+    return i < len(bounds) and bounds[i] == offset
 
 
 def _non_text_role(obj: dict[str, Any]) -> bool:
