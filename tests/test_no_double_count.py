@@ -577,11 +577,14 @@ _RESPONSE_ITEMS = [
 ]
 RESPONSES_STREAM = _sse(
     {"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}},
-    {"type": "response.output_item.added", "output_index": 0, "item": {"id": "rs_1", "type": "reasoning", "summary": []}},
-    {"type": "response.reasoning_summary_part.added", "item_id": "rs_1", "part": {"type": "summary_text", "text": ""}},
+    {"type": "response.output_item.added", "output_index": 0,
+     "item": {"id": "rs_1", "type": "reasoning", "summary": []}},
+    {"type": "response.reasoning_summary_part.added", "item_id": "rs_1",
+     "part": {"type": "summary_text", "text": ""}},
     {"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "delta": THOUGHT},
     {"type": "response.reasoning_summary_text.done", "item_id": "rs_1", "text": THOUGHT},
-    {"type": "response.reasoning_summary_part.done", "item_id": "rs_1", "part": {"type": "summary_text", "text": THOUGHT}},
+    {"type": "response.reasoning_summary_part.done", "item_id": "rs_1",
+     "part": {"type": "summary_text", "text": THOUGHT}},
     {"type": "response.output_item.done", "output_index": 0, "item": _RESPONSE_ITEMS[0]},
     {"type": "response.output_item.added", "output_index": 1, "item": {**_RESPONSE_ITEMS[1], "content": []}},
     {"type": "response.content_part.added", "item_id": "msg_1", "part": {"type": "output_text", "text": ""}},
@@ -785,6 +788,43 @@ def test_non_streaming_body_counts_the_answer_once(case: str) -> None:
     got = _held_text(body)
     assert set(got) == {TEXT}
     assert sorted(got[TEXT]) == sorted(expected)  # key order decides the order, the count is what matters
+
+
+# ChatGPT web v1: a message added again whole under its id, a thought replaced whole after its
+# text streamed in, and the legacy-shaped full message frame some v1 streams end with
+_CG_MSG = {"id": "m1", "author": {"role": "assistant"}, "content": {"content_type": "text", "parts": [""]},
+           "status": "in_progress", "recipient": "all", "channel": "final"}
+_CG_DONE = {**_CG_MSG, "content": {"content_type": "text", "parts": [ANSWER]}, "status": "finished_successfully"}
+_CG_THINK = {"id": "t1", "author": {"role": "assistant"}, "content": {"content_type": "thoughts", "thoughts": []},
+             "status": "in_progress", "recipient": "all", "channel": "analysis"}
+
+
+def _cg(*ops: Any, tail: bytes = b"") -> bytes:
+    out = b'event: delta_encoding\ndata: "v1"\n\n'
+    for op in ops:
+        out += b"event: delta\ndata: " + json.dumps(op).encode() + b"\n\n"
+    return out + tail + b"data: [DONE]\n\n"
+
+
+CHATGPT = ("POST", "chatgpt.com", "/backend-api/f/conversation", SSE_CT)
+SYNTHETIC.update({
+    "chatgpt-message-added-again": (CHATGPT, _cg(
+        {"p": "", "o": "add", "v": {"message": _CG_MSG, "conversation_id": "c"}, "c": 0},
+        {"p": "/message/content/parts/0", "o": "append", "v": HALVES[0]}, {"v": HALVES[1]},
+        {"p": "", "o": "add", "v": {"message": _CG_DONE, "conversation_id": "c"}, "c": 0},
+        tail=b"data: " + json.dumps({"message": _CG_DONE, "conversation_id": "c", "error": None}).encode() + b"\n\n",
+    ), {TEXT: ANSWER}),
+    "chatgpt-thought-replaced-whole": (CHATGPT, _cg(
+        {"p": "", "o": "add", "v": {"message": _CG_THINK}, "c": 0},
+        {"p": "/message/content/thoughts", "o": "append", "v": [{"summary": "Weighing it", "content": ""}]},
+        {"p": "/message/content/thoughts/0/content", "o": "append", "v": HALVES[0]}, {"v": HALVES[1]},
+        {"p": "/message/content/thoughts/0", "o": "replace", "v": {"summary": "Weighing it", "content": ANSWER,
+                                                                   "finished": True}},
+        {"p": "/message/content/thoughts", "o": "append", "v": [{"summary": "Done", "content": THOUGHT}]},
+        {"p": "/message/content/thoughts", "o": "replace", "v": [
+            {"summary": "Weighing it", "content": ANSWER}, {"summary": "Done", "content": THOUGHT}]},
+    ), {REASONING: "Weighing it" + ANSWER + "Done" + THOUGHT}),
+})
 
 
 @pytest.mark.parametrize("case", sorted(SYNTHETIC))

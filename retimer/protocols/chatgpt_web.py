@@ -13,7 +13,9 @@ to it. Tokens are string appends to `/message/content/parts/N` or `/message/cont
 (answer text; tool arguments when the message's recipient is a tool; reasoning when its
 channel is "analysis") and to `/message/content/thoughts/N/content|summary` (reasoning).
 Whole thoughts added at once, and a message added with its text already in it, are counted
-but sent whole (atomic). Typed events (`{"type": "title_generation", ...}`, markers,
+but sent whole (atomic); a whole value that repeats text already counted at its place (the
+same message id added again, a thought or the thought list replaced whole) counts only what
+it adds to it. Typed events (`{"type": "title_generation", ...}`, markers,
 metadata, the resume token) and `[DONE]` pass unchanged.
 
 A split keeps the inherited state the client ends with exactly as the original left it:
@@ -76,16 +78,20 @@ class _Message:
     recipient: Any = "all"
     channel: Any = None
     content_type: Any = "text"
+    key: Any = None  # its id (hashable), under which the text counted at each place is kept
+    thoughts: int = 0  # how many thoughts it has
 
     @classmethod
     def of(cls, message: dict[str, Any]) -> _Message:
         author = message.get("author")
         content = message.get("content")
+        key = message.get("id")
         return cls(
             role=author.get("role") if isinstance(author, dict) else None,
             recipient=message.get("recipient"),
             channel=message.get("channel"),
             content_type=content.get("content_type") if isinstance(content, dict) else None,
+            key=key if isinstance(key, str) else object(),
         )
 
     def text_channel(self) -> Channel | None:
@@ -139,6 +145,7 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
         self._op: Any = None
         self._message = _Message()  # the message v1 ops apply to
         self._texts: dict[Any, str] = {}  # legacy: last parts[0] per message id
+        self._counted: dict[tuple[Any, str], str] = {}  # v1: (message, place) -> text counted there
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
@@ -205,11 +212,32 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
                 hits.append(_Hit(Channel.REASONING, value, item, True))
             elif _TEXT_PATH.match(path) and (channel := self._message.text_channel()):
                 hits.append(_Hit(channel, value, item, True))
-        elif op in ("add", "append", "replace") and (
-            (path == _THOUGHTS and isinstance(value, list))
-            or (_THOUGHT_ITEM.match(path) and isinstance(value, dict))
-        ):
-            _thought_hits(value if isinstance(value, list) else [value], hits, item)
+            else:
+                return
+            place = (self._message.key, path[len("/message/content/"):])
+            self._counted[place] = self._counted.get(place, "") + value
+        elif op in ("add", "append", "replace") and path == _THOUGHTS and isinstance(value, list):
+            first = self._message.thoughts if op == "append" else 0
+            self._thought_hits(value, first, hits, item)
+        elif op in ("add", "append", "replace") and _THOUGHT_ITEM.match(path) and isinstance(value, dict):
+            self._thought_hits([value], int(path.rsplit("/", 1)[1]), hits, item)
+
+    def _whole(self, place: str, text: str) -> str:
+        """What a whole value at `place` of the current message adds to the text counted there."""
+        key = (self._message.key, place)
+        prev = self._counted.get(key, "")
+        self._counted[key] = text
+        return text[len(os.path.commonprefix([prev, text])):]
+
+    def _thought_hits(self, thoughts: list[Any], first: int, hits: list[_Hit], item: int | None) -> None:
+        """Reasoning delivered whole: what each thought's summary and content add."""
+        for i, thought in enumerate(thoughts, first):
+            if isinstance(thought, dict):
+                for field in ("summary", "content"):
+                    text = thought.get(field)
+                    if isinstance(text, str) and text and (new := self._whole(f"thoughts/{i}/{field}", text)):
+                        hits.append(_Hit(Channel.REASONING, new, item, False))
+        self._message.thoughts = max(self._message.thoughts, first + len(thoughts))
 
     def _start(self, message: dict[str, Any], hits: list[_Hit], item: int | None) -> None:
         """A new message: later ops patch it; text it already holds arrives whole."""
@@ -220,11 +248,11 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
         parts = content.get("parts")
         channel = self._message.text_channel()
         if channel is not None and isinstance(parts, list):
-            for part in parts:
-                if isinstance(part, str) and part:
-                    hits.append(_Hit(channel, part, item, False))
+            for i, part in enumerate(parts):
+                if isinstance(part, str) and part and (new := self._whole(f"parts/{i}", part)):
+                    hits.append(_Hit(channel, new, item, False))
         if self._message.role == "assistant" and isinstance(content.get("thoughts"), list):
-            _thought_hits(content["thoughts"], hits, item)
+            self._thought_hits(content["thoughts"], 0, hits, item)
 
     def _frame(self, sse: SSEEvent, obj: dict[str, Any], message: dict[str, Any]) -> Event:
         """A legacy cumulative event: its tokens are what it adds to the message's text."""
@@ -276,16 +304,6 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
         i = target.item
         op = {**items[i], "v": piece}
         return {**obj, "v": [*(items[:i] if first else ()), op, *(items[i + 1:] if last else ())]}
-
-
-def _thought_hits(thoughts: list[Any], hits: list[_Hit], item: int | None) -> None:
-    """Reasoning delivered whole: each thought's summary and content."""
-    for thought in thoughts:
-        if isinstance(thought, dict):
-            for field in ("summary", "content"):
-                text = thought.get(field)
-                if isinstance(text, str) and text:
-                    hits.append(_Hit(Channel.REASONING, text, item, False))
 
 
 def _with_text(obj: dict[str, Any], text: str) -> dict[str, Any]:
