@@ -106,6 +106,10 @@ def main(argv: list[str] | None = None) -> None:
 
         (fit_cmd if argv[0] == "fit" else report_cmd).main(argv[1:])
         return
+    if argv and not argv[0].startswith("-"):  # no subcommand, and the proxy takes no words
+        from .cmdline import unknown_command
+
+        fail(unknown_command(argv[0]))
     args = _proxy_parser().parse_args(argv)
     try:
         asyncio.run(_run_proxy(args))
@@ -270,7 +274,10 @@ def build_proxy(
         if err := exposure_error(opts, getattr(args, "allow_remote", False)):
             fail(err)
     except exceptions.OptionsError as e:
-        fail(str(e).splitlines()[0] if str(e) else "invalid option")
+        from .cmdline import unknown_options_hint
+
+        first = str(e).splitlines()[0] if str(e) else "invalid option"
+        fail(unknown_options_hint(first, opts.keys()))
     return m, addon, view
 
 

@@ -1,10 +1,22 @@
-"""What every `retimer` command shares on the command line: bad input gets one line, no traceback."""
+"""What every `retimer` command shares on the command line: bad input gets one line, no
+traceback, and a mistyped flag, command or value gets the nearest right one to try."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
+import shutil
 import sys
-from typing import NoReturn
+import textwrap
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+# `retimer WORD`: the subcommands, for "did you mean" (cli.main dispatches them)
+COMMANDS = ("browser", "run", "env", "ca", "study", "export", "fit", "report", "profiles")
+# an option's value that argparse would take for an option: "-1s", "-5ms", "-.5", "-2x"
+_NEGATIVE_VALUE = re.compile(r"-\.?\d")
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|vs|cf|approx|no|fig)|\b[A-Z])$")
 
 
 def fail(message: str, code: int = 2, *, prog: str = "retimer") -> NoReturn:
@@ -13,8 +25,118 @@ def fail(message: str, code: int = 2, *, prog: str = "retimer") -> NoReturn:
     raise SystemExit(code)
 
 
+def closest(word: str, choices: Iterable[str]) -> str | None:
+    """The choice `word` was most likely a typo of, if any is close enough. Leading dashes
+    are left out of the comparison: every flag shares them, so they would make "--bogus"
+    look like "--host"."""
+    by_name = {c.lstrip("-") or c: c for c in choices}
+    found = difflib.get_close_matches(word.lstrip("-") or word, list(by_name), n=1, cutoff=0.6)
+    return by_name[found[0]] if found else None
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """"; did you mean X?" for a near miss, else ""."""
+    match = closest(word, choices)
+    return f"; did you mean {match}?" if match else ""
+
+
+def unknown_command(word: str) -> str:
+    """The message for `retimer WORD` when WORD is no subcommand."""
+    match = closest(word, COMMANDS)
+    hint = f"did you mean {match}?" if match else f"commands: {', '.join(COMMANDS)}"
+    return f"unknown command {word!r}; {hint}"
+
+
+def unknown_options_hint(message: str, names: Iterable[str]) -> str:
+    """mitmproxy's "Unknown option(s): a, b" (from --set) with the nearest real option."""
+    head, _, listed = message.partition(": ")
+    if not head.lower().startswith("unknown option") or not listed:
+        return message
+    first = listed.split(",")[0].strip()
+    return message + did_you_mean(first, names)
+
+
+def wrapped(text: str, width: int | None = None, indent: str = "    ") -> list[str]:
+    """Long notes as indented lines of at most `width` (default: the terminal's, at most 100;
+    80 when not a terminal), one sentence starting each line, so a paragraph of sources reads
+    as a list rather than a wall."""
+    width = width or min(shutil.get_terminal_size((80, 24)).columns, 100)
+    sentences: list[str] = []
+    for piece in re.split(r"(?<=[A-Za-z0-9)\]%'])\.\s+(?=[A-Z])", text.strip()):
+        if sentences and _ABBREVIATION.search(sentences[-1]):  # "e.g. Groq" is one sentence
+            sentences[-1] += ". " + piece
+        else:
+            sentences.append(piece)
+    lines: list[str] = []
+    for s in sentences:
+        s = s if s.endswith(".") else s + "."
+        lines += textwrap.wrap(s, width, initial_indent=indent, subsequent_indent=indent + "  ",
+                               break_on_hyphens=False)
+    return lines
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the message; ours is one line naming the problem."""
+    """argparse prints usage plus the message; ours is one line naming the problem, with the
+    nearest flag or choice when a word was mistyped. A negative value ("--ttft -1s") is taken
+    as the option's value, so it gets the same message as any other bad value."""
 
     def error(self, message: str) -> NoReturn:
         fail(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self._join_negative_values(argv), namespace)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(self.unrecognized(extras))
+        return parsed
+
+    def parse_intermixed_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_intermixed_args(args, namespace)
+        if extras:
+            self.error(self.unrecognized(extras))
+        return parsed
+
+    def unrecognized(self, extras: list[str]) -> str:
+        """One line for the first word nothing took, with the flag it was likely meant as."""
+        word = extras[0]
+        if word.startswith("-") and word != "-":
+            flag = word.split("=", 1)[0]
+            longs = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            return f"unrecognized argument {flag}{did_you_mean(flag, longs)}"
+        return f"unexpected argument {word!r}"
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's "invalid choice" message, plus the choice that was likely meant
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            hint = did_you_mean(str(value), choices) or f"; choose from {', '.join(choices)}"
+            raise argparse.ArgumentError(action, f"invalid choice: {value!r}{hint}")
+
+    def _join_negative_values(self, argv: list[str]) -> list[str]:
+        """`--ttft -1s` as `--ttft=-1s`: argparse would read "-1s" as an unknown option and
+        say only "expected one argument"."""
+        valued = {o for a in self._actions if a.nargs is None for o in a.option_strings}
+        out: list[str] = []
+        i = 0
+        while i < len(argv):
+            word = argv[i]
+            if word == "--":
+                out += argv[i:]
+                break
+            nxt = argv[i + 1] if i + 1 < len(argv) else ""
+            if word in valued and _NEGATIVE_VALUE.match(nxt):
+                out.append(f"{word}={nxt}")
+                i += 2
+            else:
+                out.append(word)
+                i += 1
+        return out

@@ -11,9 +11,9 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from .cmdline import OneLineParser, fail
+from .cmdline import OneLineParser, did_you_mean, fail
 from .fit import SLUG, FitError, fit_streams, slug, streams_from, to_yaml
 from .logread import LogError, describe_filters, parse_since, read_log, select
 
@@ -44,6 +44,18 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help="only records from WHEN on: 2026-11-30, 2026-11-30T14:00, or an age: 2h")
 
 
+def no_records(args: argparse.Namespace, records: list[dict[str, Any]]) -> str:
+    """Why the filters left nothing, with the protocol that was likely meant (from the log)."""
+    filters = describe_filters(args.protocol, args.host, args.since)
+    what = f" matching {filters}" if filters else ""
+    hint = ""
+    present = sorted({str(r["protocol"]) for r in records if r.get("protocol")})
+    missing = [p.strip() for p in args.protocol.split(",") if p.strip() and p.strip() not in present]
+    if missing and present:
+        hint = did_you_mean(missing[0], present) or f"; protocols in it: {', '.join(present)}"
+    return f"{args.log}: no records{what} ({len(records)} records in the file{hint})"
+
+
 def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     name = args.name or f"fitted-{slug(Path(args.log).stem)}"
@@ -57,8 +69,7 @@ def main(argv: list[str]) -> None:
     chosen = select(log.records, args.protocol, args.host, since)
     filters = describe_filters(args.protocol, args.host, args.since)
     if not chosen:
-        what = f" matching {filters}" if filters else ""
-        _fail(f"{args.log}: no records{what} ({len(log.records)} records in the file)")
+        _fail(no_records(args, log.records))
     streams, skipped = streams_from(chosen)
     try:
         fit = fit_streams(streams)

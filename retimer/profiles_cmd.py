@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .cmdline import wrapped
 from .profile import Profile, ProfileError, builtin_profiles, load_profile
 
 
@@ -107,7 +108,9 @@ def print_profiles(args: list[str]) -> None:
             console.print(f"  file: {escape(str(p.path))}")
             for line in timing_lines(p):
                 console.print(f"  {escape(line)}")
-            console.print(f"  source: {escape(p.source)}")
+            console.print("  source:")  # one sentence a line, indented: not a wall of text
+            for line in wrapped(p.source):
+                console.print(line, markup=False)
         return
     table = Table(title="retimer built-in profiles (retimer profiles NAME for details)")
     for col, justify in (("name", "left"), ("aliases", "left"), ("TTFT p50", "right"),

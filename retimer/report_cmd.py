@@ -1,4 +1,7 @@
-"""`retimer report LOG.jsonl -o report.html [--png DIR]`: the record log as pictures."""
+"""`retimer report LOG.jsonl [-o FILE] [--png DIR]`: the record log as pictures.
+
+Without -o the page is report.html in the current directory; either way the path written is
+printed, so a default never leaves the user guessing where it went."""
 
 from __future__ import annotations
 
@@ -8,8 +11,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from .cmdline import OneLineParser, fail
-from .fit_cmd import add_filters
-from .logread import LogError, describe_filters, parse_since, read_log, select
+from .fit_cmd import add_filters, no_records
+from .logread import LogError, parse_since, read_log, select
 from .report import build, render_html
 
 
@@ -23,10 +26,10 @@ _Parser = OneLineParser
 def parser() -> argparse.ArgumentParser:
     p = _Parser(prog="retimer report",
                 description="One self-contained HTML page (no network needed) with plots of "
-                "the streams recorded with --log.")
+                "the streams recorded with --log. Prints the path it wrote.")
     p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
     p.add_argument("--output", "-o", metavar="FILE", default="report.html",
-                   help="the HTML file to write (default report.html)")
+                   help="the HTML file to write (default: report.html in the current directory)")
     p.add_argument("--png", metavar="DIR", default="",
                    help="also write the charts as PNG files into DIR (needs matplotlib)")
     p.add_argument("--title", default="", help="the page's title (default: the log's name)")
@@ -43,9 +46,7 @@ def main(argv: list[str]) -> None:
         _fail(str(e))
     chosen = select(log.records, args.protocol, args.host, since)
     if not chosen:
-        filters = describe_filters(args.protocol, args.host, args.since)
-        what = f" matching {filters}" if filters else ""
-        _fail(f"{args.log}: no records{what} ({len(log.records)} records in the file)")
+        _fail(no_records(args, log.records))
     if args.png:  # before writing anything: a missing matplotlib is one line, nothing half-done
         from .report_png import PngUnavailable, available
 
@@ -59,7 +60,7 @@ def main(argv: list[str]) -> None:
         out.write_text(render_html(report), encoding="utf-8")
     except OSError as e:
         _fail(f"--output: cannot write {args.output}: {e.strerror}")
-    print(f"retimer report: {len(chosen)} streams -> {out}", file=sys.stderr)
+    print(f"retimer report: {len(chosen)} streams -> {out.resolve()}", file=sys.stderr)
     if args.png:
         from .report_png import write_pngs
 
@@ -67,4 +68,5 @@ def main(argv: list[str]) -> None:
             pngs = write_pngs(report, Path(args.png).expanduser())
         except OSError as e:
             _fail(f"--png: cannot write into {args.png}: {e.strerror}")
-        print(f"retimer report: {len(pngs)} PNG files in {args.png}", file=sys.stderr)
+        where = Path(args.png).expanduser().resolve()
+        print(f"retimer report: {len(pngs)} PNG files in {where}", file=sys.stderr)

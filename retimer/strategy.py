@@ -24,8 +24,11 @@ def parse_strategy(value: str) -> Strategy:
     try:
         return Strategy(value.strip().lower())
     except ValueError:
-        names = ", ".join(s.value for s in Strategy)
-        raise ValueError(f"--strategy: expected one of {names}, got {value!r}") from None
+        from .cmdline import did_you_mean
+
+        names = [s.value for s in Strategy]
+        hint = did_you_mean(value.strip().lower(), names)
+        raise ValueError(f"--strategy: expected one of {', '.join(names)}, got {value!r}{hint}") from None
 
 
 SAMPLE_TOKENS = 24  # tokens to observe before predicting the upstream's pace

@@ -133,3 +133,131 @@ def test_strategy_speed_and_cache_flags_reach_the_records(tmp_path: Path) -> Non
     assert first["model"]["speed"] == 0.5
     full = load_profile("cerebras")
     assert first["target"]["tps"] == pytest.approx(full.tps / 2)
+
+
+# -- mistakes get the nearest right word ------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--porfile", "cerebras"], "unrecognized argument --porfile; did you mean --profile?"),
+        (["--porfile=cerebras"], "unrecognized argument --porfile; did you mean --profile?"),
+        (["--listen-prot", "9"], "did you mean --listen-port?"),
+        (["--profile", "cerebrass"], "did you mean 'cerebras'?"),
+        (["--strategy", "liv"], "got 'liv'; did you mean live?"),
+        (["repot", "x.jsonl"], "unknown command 'repot'; did you mean report?"),
+        (["profile", "o3"], "unknown command 'profile'; did you mean profiles?"),
+        (["xyzzy"], "unknown command 'xyzzy'; commands: browser, run, env"),
+        (["--bogus"], "unrecognized argument --bogus (see"),  # nothing close: no guess
+        (["env", "--shell", "fsh"], "--shell: invalid choice: 'fsh'; did you mean fish?"),
+        (["env", "--shell", "zzz"], "choose from sh, fish, powershell"),
+        (["browser", "chromum"], "invalid choice: 'chromum'; did you mean chromium?"),
+        (["run", "--porfile", "x", "--", "true"], "--porfile; did you mean --profile?"),
+        (["report", "x.jsonl", "--outptu", "y"], "--outptu; did you mean --output?"),
+        (["fit", "x.jsonl", "--hots", "y"], "--hots; did you mean --host?"),
+        (["export", "--csvv", "x"], "--csvv; did you mean --csv?"),
+        (["study", "s.yaml", "--partcipant", "p1"], "--partcipant; did you mean --participant?"),
+    ],
+)
+def test_mistakes_get_a_suggestion(args: list[str], expected: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _main_error(args, capsys)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("retimer"), err
+    assert expected in lines[0]
+    if "(see" in expected:
+        assert "did you mean" not in lines[0]
+
+
+def _main_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
+    """`retimer ARGS` in this process (each of these fails before anything starts)."""
+    from retimer.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    return exited.value.code, capsys.readouterr().err
+
+
+def test_suggestion_from_the_installed_command() -> None:
+    result = run_cli("--porfile", "cerebras")
+    assert result.returncode == 2 and result.stderr == (
+        "retimer: error: unrecognized argument --porfile; did you mean --profile? "
+        "(see retimer --help)\n")
+
+
+def test_unknown_set_option_gets_a_suggestion(tmp_path: Path) -> None:
+    result = run_cli("--set", f"confdir={tmp_path}", "--set", "ssl_insecur=true",
+                     "--listen-port", "0")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "ssl_insecur; did you mean ssl_insecure?" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--ttft", "-1s"], ["--ttft", "-5ms"], ["--speed", "-2x"], ["--tps", "-.5"],
+     ["run", "--ttft", "-1s", "--", "true"], ["fit", "x.jsonl", "--since", "-2h"]],
+)
+def test_negative_values_get_the_usual_message(args: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """`--ttft -1s` says what `--ttft=-1s` says, not argparse's "expected one argument"."""
+    i = next(i for i, a in enumerate(args) if a.startswith("-") and a[1:2] in "0123456789.")
+    joined = [*args[:i - 1], f"{args[i - 1]}={args[i]}", *args[i + 1:]]
+    spaced, glued = _main_error(args, capsys), _main_error(joined, capsys)
+    assert spaced[0] == glued[0] == 2
+    assert spaced[1] == glued[1]
+    assert "expected one argument" not in spaced[1] and args[i] in spaced[1]
+    assert len(spaced[1].strip().splitlines()) == 1
+
+
+def test_negative_value_rule_keeps_flags_and_the_command() -> None:
+    """Only a value that looks like a negative number joins its option; a flag after an
+    option, and anything after `--`, stay as they are."""
+    from retimer.cmdline import OneLineParser
+
+    p = OneLineParser(prog="t")
+    p.add_argument("--ttft", default="")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("rest", nargs="*")
+    assert p.parse_args(["--ttft", "-1s"]).ttft == "-1s"
+    assert p.parse_args(["--quiet", "--", "--ttft", "-1s"]).rest == ["--ttft", "-1s"]
+    with pytest.raises(SystemExit):
+        p.parse_args(["--ttft", "--quiet"])  # a flag is not taken as the value
+
+
+def test_report_without_output_says_where_it_wrote(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    import synthetic_traffic
+
+    log = tmp_path / "log.jsonl"
+    recs = synthetic_traffic.records(load_profile("groq"), 3, (20, 40))
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    work = tmp_path / "cwd"
+    work.mkdir()
+    result = subprocess.run([sys.executable, "-m", "retimer", "report", str(log)], cwd=work,
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    written = work / "report.html"
+    assert written.stat().st_size > 0
+    assert f"3 streams -> {written}" in result.stderr
+    help_text = run_cli("report", "--help").stdout
+    assert "default: report.html" in " ".join(help_text.split())
+    missing = run_cli("report", str(log), "--protocol", "opena-chat")
+    assert "did you mean openai-chat?" in missing.stderr
+
+
+def test_profile_sources_are_indented_lines() -> None:
+    result = run_cli("profiles", "o3")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    start = lines.index("  source:")
+    notes = lines[start + 1:]
+    assert len(notes) > 5
+    assert all(line.startswith("    ") and len(line) <= 80 for line in notes)
+    assert " ".join(x.strip() for x in notes) == " ".join(load_profile("o3").source.split())
+    # each sentence starts a line; its continuation lines are indented further
+    starts = [x for x in notes if not x.startswith("      ")]
+    assert len(starts) >= 5 and all(x[4].isupper() for x in starts)

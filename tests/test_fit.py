@@ -221,7 +221,8 @@ def test_command_prints_a_profile(tmp_path: Path) -> None:
     bad = run_cli("fit", str(log), "--protocol", "ollama")
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr.strip() == (f"retimer fit: error: {log}: no records matching protocol "
-                                  "ollama (300 records in the file)")
+                                  "ollama (300 records in the file; protocols in it: "
+                                  "anthropic-messages, openai-chat)")
 
 
 def test_command_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -245,7 +246,7 @@ def test_command_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     (["LOG", "--since", "yesterday-ish"], "--since"),
     (["LOG", "--name", "Bad Name"], "--name"),
     (["EMPTY"], "no fit-worthy stream"),
-    (["LOG", "--bogus"], "unrecognized arguments"),
+    (["LOG", "--bogus"], "unrecognized argument --bogus"),
 ])
 def test_command_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      args: list[str], message: str) -> None:
