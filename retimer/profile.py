@@ -182,8 +182,10 @@ class Profile:
                                f"(it has: {have}); or give hidden tokens, e.g. --thinking 2000")
         n = _option(value, parse_tokens) if not isinstance(value, bool) else math.nan
         if math.isnan(n) or n != int(n):
+            near = difflib.get_close_matches(key, ["off", *THINKING_LEVELS], n=1, cutoff=0.6)
             raise ProfileError(f"--thinking must be off, low, medium, high or a whole number of "
-                               f"hidden tokens like 2000 or 2k, got {show(value)}")
+                               f"hidden tokens like 2000 or 2k, got {show(value)}"
+                               + (f"; did you mean {near[0]}?" if near else ""))
         tokens = int(n)
         return str(tokens), ReasoningSpec(QuantileShape(tokens, tokens, tokens))
 

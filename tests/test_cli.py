@@ -144,6 +144,7 @@ def test_strategy_speed_and_cache_flags_reach_the_records(tmp_path: Path) -> Non
         (["--listen-prot", "9"], "did you mean --listen-port?"),
         (["--profile", "cerebrass"], "did you mean 'cerebras'?"),
         (["--strategy", "liv"], "got 'liv'; did you mean live?"),
+        (["--profile", "o3", "--thinking", "medum"], "got 'medum'; did you mean medium?"),
         (["repot", "x.jsonl"], "unknown command 'repot'; did you mean report?"),
         (["profile", "o3"], "unknown command 'profile'; did you mean profiles?"),
         (["xyzzy"], "unknown command 'xyzzy'; commands: browser, run, env"),
