@@ -827,6 +827,45 @@ SYNTHETIC.update({
 })
 
 
+# Gemini: chunks carrying the candidate's whole text so far (Gemini-compatible servers), and a
+# last chunk repeating the answer; both framings
+GEMINI_SSE = ("POST", "generativelanguage.googleapis.com",
+              "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse", SSE_CT)
+GEMINI_JSON = ("POST", "generativelanguage.googleapis.com",
+               "/v1beta/models/gemini-2.5-flash:streamGenerateContent", "application/json")
+
+
+def _gem(text: str, thought: bool = False, **extra: Any) -> dict[str, Any]:
+    part = {"text": text, **({"thought": True} if thought else {})}
+    return {"candidates": [{"content": {"parts": [part], "role": "model"}, "index": 0, **extra}]}
+
+
+_GEM_CUMULATIVE = (_gem(THOUGHT[:20], True), _gem(THOUGHT, True), _gem(HALVES[0]), _gem(ANSWER),
+                   _gem(ANSWER, finishReason="STOP"))
+_GEM_LAST_REPEATS = (*(_gem(h) for h in HALVES), _gem(ANSWER, finishReason="STOP"))
+SYNTHETIC.update({
+    "gemini-sse-cumulative": (GEMINI_SSE, _sse(*_GEM_CUMULATIVE, named=None), {REASONING: THOUGHT, TEXT: ANSWER}),
+    "gemini-json-cumulative": (GEMINI_JSON, json.dumps(list(_GEM_CUMULATIVE), indent=1).encode(),
+                               {REASONING: THOUGHT, TEXT: ANSWER}),
+    "gemini-sse-last-chunk-repeats": (GEMINI_SSE, _sse(*_GEM_LAST_REPEATS, named=None), {TEXT: ANSWER}),
+})
+
+
+# DeepSeek web: the document or its fragments set again whole, with the text already streamed
+_DS_RESP = {"message_id": 2, "status": "WIP", "fragments": [
+    {"id": 1, "type": "THINK", "content": THOUGHT[:4]}]}
+_DS_DONE = {**_DS_RESP, "status": "FINISHED", "fragments": [
+    {"id": 1, "type": "THINK", "content": THOUGHT}, {"id": 2, "type": "RESPONSE", "content": ANSWER}]}
+SYNTHETIC["deepseek-snapshot-again"] = (("POST", "chat.deepseek.com", "/api/v0/chat/completion", SSE_CT), _sse(
+    {"v": {"response": _DS_RESP}},
+    {"p": "response/fragments/-1/content", "o": "APPEND", "v": THOUGHT[4:]},
+    {"p": "response/fragments", "o": "APPEND", "v": [{"id": 2, "type": "RESPONSE", "content": HALVES[0]}]},
+    {"p": "response/fragments/-1/content", "v": HALVES[1]},
+    {"p": "response/fragments", "o": "SET", "v": _DS_DONE["fragments"]},
+    {"p": "", "o": "SET", "v": {"response": _DS_DONE}},
+    named=None), {REASONING: THOUGHT, TEXT: ANSWER})
+
+
 @pytest.mark.parametrize("case", sorted(SYNTHETIC))
 def test_synthetic_repeat_events_are_not_counted(case: str) -> None:
     (method, host, path, ctype), data, expected = SYNTHETIC[case]

@@ -26,12 +26,15 @@ piece is the original patch with `v` cut, the others bare `{"v": piece}`, which 
 same path with the same op because both are sticky, and leave the sticky state as the
 original did. Text arriving inside a snapshot, a new fragment or a BATCH is counted but
 atomic, and so is a patch with fields besides p/o/v. SET on a content path replaces text
-instead of adding it: it is not counted. Unknown fragment types carry no tokens.
+instead of adding it: it is not counted. A snapshot or fragment that brings a fragment (by
+id) or a legacy field whose text was counted already counts only what it adds to it.
+Unknown fragment types carry no tokens.
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -77,6 +80,7 @@ class DeepSeekWebAdapter(SSEJSONAdapter):
         self._doc: Any = None  # skeleton of the response document
         self._path: str | None = None  # sticky path (None: root)
         self._op: str | None = None  # sticky op (None: none given yet)
+        self._counted: dict[Any, str] = {}  # fragment id (or legacy field) -> text counted for it
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
@@ -148,18 +152,34 @@ class DeepSeekWebAdapter(SSEJSONAdapter):
         if op == _APPEND:
             if isinstance(value, str):
                 channel = self._content_channel(segs)
-                return [(channel, value)] if channel is not None and value else []
+                if channel is None or not value:
+                    return []
+                key = _text_key(self._doc, segs)
+                self._counted[key] = self._counted.get(key, "") + value
+                return [(channel, value)]
             target = _resolve(self._doc, segs)
             if not isinstance(target, list):
                 return []
             items = value if isinstance(value, list) else [value]
             target.extend(copy.deepcopy(items))
-            return _inserted_texts(segs, items) if _is_fragments(segs) else []
+            return self._new(_inserted_texts(segs, items)) if _is_fragments(segs) else []
         if op == _SET:
-            texts = _inserted_texts(segs, value)
+            texts = self._new(_inserted_texts(segs, value))
             self._set(segs, value)
             return texts
         return []  # an op this adapter does not know: the text it may carry is not counted
+
+    def _new(self, found: list[tuple[Any, Channel, str]]) -> Texts:
+        """What whole texts add to the text counted for their fragment (or legacy field)."""
+        out: Texts = []
+        for key, channel, text in found:
+            prev = self._counted.get(key, "") if key is not None else ""
+            if key is not None:
+                self._counted[key] = text
+            new = text[len(os.path.commonprefix([prev, text])):]
+            if new:
+                out.append((channel, new))
+        return out
 
     def _set(self, segs: list[str], value: Any) -> None:
         """Store `value` at `segs` (strings and all: a SET is one-off, unlike APPENDs)."""
@@ -215,18 +235,30 @@ def _fragment_channel(fragment: dict[str, Any]) -> Channel | None:
     return _FRAGMENT_CHANNELS.get(kind.upper()) if isinstance(kind, str) else None
 
 
-def _fragment_texts(fragments: Any) -> Texts:
+Found = list[tuple[Any, Channel, str]]  # (fragment id or legacy field, channel, whole text)
+
+
+def _text_key(doc: Any, segs: list[str]) -> Any:
+    """Whose text a content path holds: its fragment's id, or the legacy field's name."""
+    if tuple(segs) in _LEGACY_PATHS:
+        return segs[-1]
+    fragment = _resolve(doc, segs[:3])
+    return ("id", fragment.get("id")) if isinstance(fragment, dict) and "id" in fragment else None
+
+
+def _fragment_texts(fragments: Any) -> Found:
     """The content of new fragments (THINK/RESPONSE), in order."""
-    out: Texts = []
+    out: Found = []
     for fragment in fragments if isinstance(fragments, list) else ():
         if isinstance(fragment, dict):
             channel, content = _fragment_channel(fragment), fragment.get("content")
             if channel is not None and isinstance(content, str) and content:
-                out.append((channel, content))
+                key = ("id", fragment["id"]) if "id" in fragment else None
+                out.append((key, channel, content))
     return out
 
 
-def _response_texts(response: Any) -> Texts:
+def _response_texts(response: Any) -> Found:
     """The text in a whole response object: its fragments, or the legacy fields."""
     if not isinstance(response, dict):
         return []
@@ -234,11 +266,11 @@ def _response_texts(response: Any) -> Texts:
     for key, channel in (("thinking_content", Channel.REASONING), ("content", Channel.TEXT)):
         text = response.get(key)
         if isinstance(text, str) and text:
-            out.append((channel, text))
+            out.append((key, channel, text))
     return out
 
 
-def _inserted_texts(segs: list[str], value: Any) -> Texts:
+def _inserted_texts(segs: list[str], value: Any) -> Found:
     """The text a SET or APPEND of a structure at `segs` brings in."""
     if not segs:
         return _response_texts(value.get("response")) if isinstance(value, dict) else []

@@ -28,7 +28,8 @@ from typing import Any, ClassVar
 
 from . import jsontext
 from .base import Adapter, Event, RequestShape, check_split
-from .gemini_sse import GeminiTextPart, classify_response, is_stream_generate, piece_response, wants_sse
+from .gemini_sse import (Cumulative, GeminiTextPart, classify_response, is_stream_generate, piece_response,
+                         wants_sse)
 
 __all__ = ["GeminiJSONArrayAdapter"]
 
@@ -83,6 +84,7 @@ class GeminiJSONArrayAdapter(Adapter):
         self._depth = 0
         self._in_string = False
         self._separator: bytes | None = None  # the last separator seen between two elements
+        self._seen = Cumulative()  # text counted per candidate, for repeats (see gemini_sse)
         self._ended = False
 
     # -- parsing ---------------------------------------------------------------------
@@ -208,7 +210,7 @@ class GeminiJSONArrayAdapter(Adapter):
             return Event(raw=raw)
         if obj.get("error"):
             self._api_error = True
-        texts, part = classify_response(obj)
+        texts, part = classify_response(obj, self._seen)
         if not texts:
             return Event(raw=raw)
         if part is None:

@@ -12,6 +12,11 @@ describe the whole chunk; `usageMetadata`, `finishReason`, grounding, citations,
 ratings, logprobs and the part's `thoughtSignature` go on the last piece only; `responseId`,
 `modelVersion`, `createTime`, the candidate `index`, the content `role` and the part's
 `thought` flag are on every piece. The helpers here are shared with the JSON-array adapter.
+
+Chunks are incremental, but Gemini-compatible servers have been seen sending each chunk with
+the candidate's whole text so far, or a last chunk repeating it: a text part that starts with
+all the text counted for its candidate and channel (16 characters or more) counts only what
+follows, and its chunk is sent whole (`Cumulative`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ from ..sse import SSEEvent, is_event_stream
 from .base import Channel, Event, RequestShape
 from .sse_json import SSEJSONAdapter
 
-__all__ = ["GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate", "piece_response"]
+__all__ = ["Cumulative", "GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate",
+           "piece_response"]
 
 # Where each field of a split chunk goes: on every piece, on the last only, else on the first.
 _EVERY_TOP = frozenset({"responseId", "modelVersion", "createTime"})
@@ -39,6 +45,24 @@ _EVERY_CONTENT = frozenset({"role"})
 _EVERY_PART = frozenset({"thought"})
 _LAST_PART = frozenset({"thoughtSignature"})
 _EMPTY: frozenset[str] = frozenset()
+_CUMULATIVE_MIN = 16  # text counted before a part that is taken to repeat it
+
+
+class Cumulative:
+    """Per stream: the text counted per candidate and channel, to tell a repeat from new text."""
+
+    def __init__(self) -> None:
+        self._so_far: dict[tuple[int, Channel], str] = {}
+
+    def new(self, candidate: int, channel: Channel, text: str) -> tuple[str, bool]:
+        """What `text` adds, and whether it repeated the text counted before it."""
+        key = (candidate, channel)
+        prev = self._so_far.get(key, "")
+        if len(prev) >= _CUMULATIVE_MIN and text.startswith(prev):
+            self._so_far[key] = text
+            return text[len(prev):], True
+        self._so_far[key] = prev + text
+        return text, False
 
 
 @dataclass(slots=True, frozen=True)
@@ -62,14 +86,18 @@ def wants_sse(path: str) -> bool:
     return any(k in ("alt", "$alt") and v.lower() == "sse" for k, v in parse_qsl(query))
 
 
-def classify_response(obj: dict[str, Any]) -> tuple[tuple[tuple[Channel, str], ...], GeminiTextPart | None]:
-    """The token texts of one GenerateContentResponse, and its split target when splittable."""
+def classify_response(
+    obj: dict[str, Any], seen: Cumulative | None = None
+) -> tuple[tuple[tuple[Channel, str], ...], GeminiTextPart | None]:
+    """The token texts of one GenerateContentResponse, and its split target when splittable
+    (never when a part repeated text counted before it, see `Cumulative`)."""
     candidates = obj.get("candidates")
     if not isinstance(candidates, list):
         return (), None
     texts: list[tuple[Channel, str]] = []
     where: list[tuple[int, int]] = []
     nparts = 0
+    repeated = False
     for ci, cand in enumerate(candidates):
         content = cand.get("content") if isinstance(cand, dict) else None
         parts = content.get("parts") if isinstance(content, dict) else None
@@ -80,10 +108,14 @@ def classify_response(obj: dict[str, Any]) -> tuple[tuple[tuple[Channel, str], .
             text = part.get("text") if isinstance(part, dict) else None
             if isinstance(text, str) and text:
                 channel = Channel.REASONING if part.get("thought") is True else Channel.TEXT
-                texts.append((channel, text))
-                where.append((ci, pi))
+                if seen is not None:
+                    text, again = seen.new(ci, channel, text)
+                    repeated = repeated or again
+                if text:
+                    texts.append((channel, text))
+                    where.append((ci, pi))
     target = None
-    if len(candidates) == 1 and nparts == 1 and len(texts) == 1:
+    if len(candidates) == 1 and nparts == 1 and len(texts) == 1 and not repeated:
         target = GeminiTextPart(obj, *where[0])
     return tuple(texts), target
 
@@ -132,6 +164,10 @@ class GeminiSSEAdapter(SSEJSONAdapter):
 
     name: ClassVar[str] = "gemini-sse"
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen = Cumulative()
+
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
         """POST to a `:streamGenerateContent` path, answered with an event stream."""
@@ -142,7 +178,7 @@ class GeminiSSEAdapter(SSEJSONAdapter):
         )
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        texts, target = classify_response(obj)
+        texts, target = classify_response(obj, self._seen)
         if not texts:
             return Event(raw=sse.raw)
         payload = None if target is None else _Target(sse, target)
