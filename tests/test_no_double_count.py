@@ -8,11 +8,15 @@ as a client assembles it, by a small assembler per wire format written from the 
 (own SSE / event-stream / patch parsing; nothing from retimer.protocols, retimer.sse or
 retimer.eventstream), cross-checked with the vendor SDKs where they parse the stream
 (anthropic's `accumulate_event`, openai's chat stream state). Where a format ends with a
-snapshot of the whole answer (Responses `response.completed`, TGI `generated_text`, the web
-apps' cumulative frames, ChatGPT's and DeepSeek's patched documents), the snapshot IS the
-reference: deltas and snapshot must agree, and the snapshot must not add to the count.
+snapshot of the whole answer (Responses `response.completed`, the web apps' cumulative frames,
+ChatGPT's and DeepSeek's patched documents), the snapshot IS the reference: deltas and
+snapshot must agree, and the snapshot must not add to the count (TGI's `generated_text` is
+checked to repeat the tokens; this capture decodes one token differently). The one generic
+row (Doubao) is checked against the `{"text"}` JSON its protobuf frames embed.
 
-Synthetic streams cover the documented repeat events no capture has (see the second half).
+The second half: synthetic streams for the repeat events the APIs document but no capture
+has (every `.done` event, stream-end snapshots, mirrored fields, cumulative chunks, whole
+values sent again), and whole JSON bodies as the non-streaming hold counts them.
 """
 
 from __future__ import annotations
@@ -780,6 +784,17 @@ NON_STREAMING: dict[str, tuple[dict[str, Any], str]] = {
     "ollama-chat": ({"model": "m", "message": {"role": "assistant", "content": ANSWER, "thinking": THOUGHT},
                      "done": True, "eval_count": 8}, ANSWER + THOUGHT),
 }
+
+
+def test_non_streaming_fixture_is_counted_once() -> None:
+    """The whole-body fixture (held, not streamed): its estimate is the message, parsed by the SDK."""
+    from openai.types.chat import ChatCompletion
+
+    from fixture_streams import load
+
+    data = load("nonstream/openai-chat-completion.json")
+    message = ChatCompletion.model_validate_json(data).choices[0].message
+    assert _held_text(json.loads(data)) == {TEXT: message.content}
 
 
 @pytest.mark.parametrize("case", sorted(NON_STREAMING))
