@@ -38,13 +38,13 @@ def blind_line(r: dict[str, Any]) -> str:
     return f"{r['outcome']:<8} {r['protocol']:<18} tokens {r['emitted']['tokens']} {r['url']}"
 
 
-def summary(outcomes: Counter[str], active: int, hidden: int = 0) -> list[str]:
+def summary(outcomes: Counter[str], active: int, hidden: int = 0, short: bool = False) -> list[str]:
     """The parts of the one-line total, most important first: the count, what is not shown,
-    how they ended, what is still running."""
+    how they ended, what is still running. `short`: the fewest words, for narrow terminals."""
     total = sum(outcomes.values()) + active
     parts = [f"{total:,} stream{'s' if total != 1 else ''}"]
     if hidden:
-        parts.append(f"+{hidden:,} earlier not shown")
+        parts.append(f"+{hidden:,} earlier" + ("" if short else " not shown"))
     if outcomes:
         parts.append(", ".join(f"{n:,} {o}" for o, n in outcomes.most_common()))
     if active:
@@ -52,9 +52,9 @@ def summary(outcomes: Counter[str], active: int, hidden: int = 0) -> list[str]:
     return parts
 
 
-def fit_line(parts: list[str], width: int) -> str:
-    """`parts` joined with " · ", dropping from the end until the line fits `width`."""
-    while len(parts) > 1 and len(" · ".join(parts)) > width:
+def fit_line(parts: list[str], width: int, keep: int = 1) -> str:
+    """`parts` joined with " · ", dropping from the end (all but `keep`) until it fits `width`."""
+    while len(parts) > keep and len(" · ".join(parts)) > width:
         parts = parts[:-1]
     return " · ".join(parts)
 
@@ -129,6 +129,9 @@ class LiveView:
         shown = rows if max_rows is None else rows[: max(1, max_rows)]
         hidden = sum(self.outcomes.values()) + len(active) - len(shown)
         caption = fit_line(summary(self.outcomes, len(active), hidden), width - ECHO_ROOM)
+        if hidden and "earlier" not in caption:  # the hidden count goes last of all
+            short = summary(self.outcomes, len(active), hidden, short=True)
+            caption = fit_line(short, width - ECHO_ROOM, keep=2)
         table = streams_table(shown, width, blind=self.blind)
         return Group(table, Text(caption, style="dim italic", justify="default", no_wrap=True))
 

@@ -124,6 +124,15 @@ def test_hidden_streams_are_counted() -> None:
     assert "earlier" not in everything and "29 complete" in everything and "1 error" in everything
 
 
+def test_hidden_count_survives_a_narrow_terminal() -> None:
+    view = LiveView(out=io.StringIO(), interactive=True)
+    for i in range(5):
+        view(_record(i))
+    lines = _render(view.layout(30, max_rows=3), 30)
+    assert lines[-1].strip() == "5 streams · +2 earlier"
+    assert all(fmt(_record(i)["emitted"]["tokens"]) in "\n".join(lines) for i in (2, 3, 4))
+
+
 @pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50), (60, 12)])
 def test_screen_fits_the_terminal(width: int, height: int) -> None:
     """On a terminal the table is never taller than the screen (taller ones leave copies of
