@@ -74,12 +74,21 @@ def _proxy_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _profiles_parser() -> argparse.ArgumentParser:
+    """`retimer profiles [NAME ...]`: so --help helps and a flag is not taken for a name."""
+    p = _Parser(prog="retimer profiles",
+                description="The built-in profiles as a table, or the named ones in full.")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="a profile name, alias or YAML file to show in full")
+    return p
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "profiles":
         from .profiles_cmd import print_profiles
 
-        print_profiles(argv[1:])
+        print_profiles(_profiles_parser().parse_args(argv[1:]).names)
         return
     if argv and argv[0] in ("run", "env", "ca"):
         from . import launch

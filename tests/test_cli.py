@@ -156,6 +156,7 @@ def test_strategy_speed_and_cache_flags_reach_the_records(tmp_path: Path) -> Non
         (["report", "x.jsonl", "--outptu", "y"], "--outptu; did you mean --output?"),
         (["fit", "x.jsonl", "--hots", "y"], "--hots; did you mean --host?"),
         (["export", "--csvv", "x"], "--csvv; did you mean --csv?"),
+        (["profiles", "--hlp"], "--hlp; did you mean --help?"),
         (["study", "s.yaml", "--partcipant", "p1"], "--partcipant; did you mean --participant?"),
     ],
 )
@@ -184,6 +185,15 @@ def test_suggestion_from_the_installed_command() -> None:
     assert result.returncode == 2 and result.stderr == (
         "retimer: error: unrecognized argument --porfile; did you mean --profile? "
         "(see retimer --help)\n")
+
+
+def test_profiles_help_is_help_not_a_profile(capsys: pytest.CaptureFixture[str]) -> None:
+    from retimer.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["profiles", "--help"])
+    out = capsys.readouterr().out
+    assert exited.value.code == 0 and out.startswith("usage: retimer profiles")
 
 
 def test_unknown_set_option_gets_a_suggestion(tmp_path: Path) -> None:
