@@ -69,7 +69,7 @@ class Column:
 TIMED_COLUMNS: tuple[Column, ...] = (
     Column("state", 2, lambda r: str(r["outcome"])),
     Column("format", 8, lambda r: str(r["protocol"])),
-    Column("profile", 9, lambda r: str(r["profile"])),
+    Column("profile", 9, lambda r: str(r.get("effective_profile") or r["profile"])),
     Column("TTFT ms", 1, lambda r: fmt(r["emitted"]["ttft_ms"]), numeric=True),
     Column("target ms", 5, lambda r: fmt(r["target"]["ttft_ms"]), numeric=True),
     Column("tok/s", 4, lambda r: fmt(r["emitted"]["tps"], 1), numeric=True),

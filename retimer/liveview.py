@@ -26,7 +26,7 @@ def plain_line(r: dict[str, Any]) -> str:
     em, up, tg = r["emitted"], r["upstream"], r["target"]
     bound = " upstream-bound" if r.get("upstream_bound") else ""
     return (
-        f"{r['outcome']:<8} {r['protocol']:<18} {r['profile']} "
+        f"{r['outcome']:<8} {r['protocol']:<18} {r.get('effective_profile') or r['profile']} "
         f"ttft {fmt(em['ttft_ms'])}ms (target {fmt(tg['ttft_ms'])}, upstream {fmt(up['ttft_ms'])}) "
         f"rate {fmt(em['tps'], 1)} tok/s (target {fmt(tg['tps'], 1)}, upstream {fmt(up['tps'], 1)}) "
         f"tokens {em['tokens']}{bound} {r['url']}"

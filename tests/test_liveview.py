@@ -161,3 +161,13 @@ def test_plain_output_ends_with_one_summary() -> None:
     quiet = io.StringIO()
     LiveView(out=quiet, interactive=False).stop()  # nothing went through: nothing to sum up
     assert quiet.getvalue() == ""
+
+
+def test_rows_name_the_effective_profile() -> None:
+    """A run with overrides shows what ran (`openai-gpt-5 tps=10`), not only the base name."""
+    from retimer.liveview import plain_line
+
+    record = _record(0, profile="openai-gpt-5", effective_profile="openai-gpt-5 tps=10")
+    assert " openai-gpt-5 tps=10 " in plain_line(record)
+    lines = _render(streams_table([record], width=200), 200)
+    assert any("openai-gpt-5 tps=10" in line for line in lines)
