@@ -448,6 +448,19 @@ def ollama(reply: Reply, model: str, *, chat: bool, stream: bool) -> list[bytes]
     return [(_j(e) + "\n").encode() for e in ev]
 
 
+def token_deltas(api: str, reply: Reply) -> list[str]:
+    """The token-bearing strings `reply` was sent as on `api`, one per delta event, as the
+    builders above split them: text pieces, then tool-argument pieces where the API streams
+    arguments (OpenAI Chat, Responses over SSE and WebSocket, Realtime, Anthropic). Gemini and
+    Ollama send a tool call whole, in one part, so it is not included (retimer counts a Gemini
+    functionCall as no tokens, and an Ollama tool call's name and arguments as one piece)."""
+    out = pieces(reply.text) if reply.text else []
+    if reply.tool and api in ("openai-chat", "openai-responses", "openai-responses-ws",
+                              "openai-realtime", "anthropic-messages"):
+        out += _arg_pieces(reply.arguments_json)
+    return out
+
+
 MODELS = {"openai": ["gpt-4o-mini", "gpt-4.1", "gpt-5", "gpt-5-codex", "gpt-realtime"],
           "anthropic": ["claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-1"],
           "gemini": ["gemini-2.5-flash", "gemini-2.5-pro"],
