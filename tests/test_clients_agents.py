@@ -67,7 +67,10 @@ FINAL = ("Done: I wrote the agreed line to retimer-check.txt in the working dire
          "now holds exactly that one line with its trailing newline. Nothing else was changed, no "
          "other file was touched, and no command is still running. Retimer keeps every word of "
          "this answer and changes only the time between them, which is why this sentence is long "
-         "enough to measure a decode rate of thirty tokens per second with some confidence.")
+         "enough to measure a decode rate of thirty tokens per second with some confidence. The "
+         "same words arrive whether the proxy plays them at the pace of a fast model or a slow one, "
+         "and an agent that waits for them waits exactly as long as the profile says it should, "
+         "call after call, whatever the transport underneath.")
 SIDE = "Retimer agent check"  # any call without the tool (a session title, a summary)
 KEYS = {"ANTHROPIC_API_KEY": "sk-ant-agent-test-fake", "OPENAI_API_KEY": "sk-agent-test-fake",
         "CODEX_API_KEY": "sk-agent-test-fake", "GEMINI_API_KEY": "agent-test-fake"}
@@ -192,6 +195,12 @@ def _llm(work: Path, home: Path, base: str | None) -> Launch:
                    PROMPT], env)
 
 
+def _codex_args(path: Path) -> dict[str, Any]:
+    # a path relative to the working directory (where exec_command runs), so every Codex run is
+    # sent the very same tokens; no login shell (its start-up time varies on a loaded machine)
+    return {"cmd": f"printf '%s\\n' '{CONTENT.strip()}' > {path.name}", "login": False}
+
+
 def _path_args(key: str) -> Callable[[Path], dict[str, Any]]:
     return lambda p: {key: str(p), "content": CONTENT}
 
@@ -199,10 +208,8 @@ def _path_args(key: str) -> Callable[[Path], dict[str, Any]]:
 AGENTS = {a.name: a for a in (
     Agent("claude-code", "anthropic-messages", "Write", _path_args("file_path"), _claude,
           NPM_BIN / "claude"),
-    Agent("codex-ws", "openai-responses-ws", "exec_command",
-          lambda p: {"cmd": f"printf '%s\\n' '{CONTENT.strip()}' > {p}"}, _codex_ws, NPM_BIN / "codex"),
-    Agent("codex-sse", "openai-responses", "exec_command",
-          lambda p: {"cmd": f"printf '%s\\n' '{CONTENT.strip()}' > {p}"}, _codex_sse, NPM_BIN / "codex"),
+    Agent("codex-ws", "openai-responses-ws", "exec_command", _codex_args, _codex_ws, NPM_BIN / "codex"),
+    Agent("codex-sse", "openai-responses", "exec_command", _codex_args, _codex_sse, NPM_BIN / "codex"),
     Agent("gemini-cli", "gemini", "write_file", _path_args("file_path"), _gemini, NPM_BIN / "gemini"),
     Agent("opencode", "anthropic-messages", "write", _path_args("filePath"), _opencode,
           NPM_BIN / "opencode"),
@@ -464,7 +471,8 @@ def test_agent_through_retimer(name: str, mode: str, fake: FakeAPI, script: Task
     grew, predicted, wrong = _growth(base, paced)
     print(f"\n{name} {mode}: wall {base.wall:.2f}s -> {paced.wall:.2f}s, from the first LLM request "
           f"{base.active:.2f}s -> {paced.active:.2f}s: grew {grew:.3f}s, predicted {predicted:.3f}s "
-          f"({len(base.records)}/{len(paced.records)} records for {len(paced.turns)} calls)")
+          f"({len(base.records)}/{len(paced.records)} records for {len(paced.turns)} calls; calls at "
+          f"+{[round(r.time - paced.turns[0].time, 3) for r in paced.turns]}s)")
     assert not problems and wrong is None, "\n".join([*problems, *([wrong] if wrong else [])])
 
 
