@@ -881,6 +881,34 @@ SYNTHETIC["deepseek-snapshot-again"] = (("POST", "chat.deepseek.com", "/api/v0/c
     named=None), {REASONING: THOUGHT, TEXT: ANSWER})
 
 
+# OpenAI-compatible gateways: a last chunk whose delta is the whole answer again (the
+# message copied into the delta), and cumulative deltas; legacy completions likewise
+def _chat(**delta: Any) -> dict[str, Any]:
+    return {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta}]}
+
+
+def _call(args: str) -> dict[str, Any]:
+    return {"tool_calls": [{"index": 0, "function": {"arguments": args}}]}
+
+
+CHAT = ("POST", "api.together.xyz", "/v1/chat/completions", SSE_CT)
+SYNTHETIC.update({
+    "chat-last-delta-is-the-answer": (CHAT, _sse(
+        _chat(reasoning_content=THOUGHT), *(_chat(content=h) for h in HALVES),
+        {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": ANSWER},
+                                                         "message": {"content": ANSWER}, "finish_reason": "stop"}]},
+        "[DONE]", named=None), {REASONING: THOUGHT, TEXT: ANSWER}),
+    "chat-cumulative-deltas": (CHAT, _sse(
+        _chat(reasoning=THOUGHT[:20]), _chat(reasoning=THOUGHT), _chat(content=HALVES[0]), _chat(content=ANSWER),
+        _chat(**_call('{"city": "Paris", ')), _chat(**_call('{"city": "Paris", "unit": "c"}')),
+        "[DONE]", named=None), {REASONING: THOUGHT, TEXT: ANSWER, TOOL_ARGS: '{"city": "Paris", "unit": "c"}'}),
+    "completions-last-chunk-is-the-answer": (("POST", "api.together.xyz", "/v1/completions", SSE_CT), _sse(
+        *({"object": "text_completion", "choices": [{"index": 0, "text": h}]} for h in HALVES),
+        {"object": "text_completion", "choices": [{"index": 0, "text": ANSWER, "finish_reason": "stop"}]},
+        "[DONE]", named=None), {TEXT: ANSWER}),
+})
+
+
 @pytest.mark.parametrize("case", sorted(SYNTHETIC))
 def test_synthetic_repeat_events_are_not_counted(case: str) -> None:
     (method, host, path, ctype), data, expected = SYNTHETIC[case]

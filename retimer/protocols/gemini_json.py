@@ -28,8 +28,8 @@ from typing import Any, ClassVar
 
 from . import jsontext
 from .base import Adapter, Event, RequestShape, check_split
-from .gemini_sse import (Cumulative, GeminiTextPart, classify_response, is_stream_generate, piece_response,
-                         wants_sse)
+from .gemini_sse import GeminiTextPart, classify_response, is_stream_generate, piece_response, wants_sse
+from .repeats import SoFar
 
 __all__ = ["GeminiJSONArrayAdapter"]
 
@@ -84,7 +84,7 @@ class GeminiJSONArrayAdapter(Adapter):
         self._depth = 0
         self._in_string = False
         self._separator: bytes | None = None  # the last separator seen between two elements
-        self._seen = Cumulative()  # text counted per candidate, for repeats (see gemini_sse)
+        self._seen = SoFar()  # text counted per candidate, for repeats (see repeats.py)
         self._ended = False
 
     # -- parsing ---------------------------------------------------------------------

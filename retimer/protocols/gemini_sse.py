@@ -16,7 +16,7 @@ ratings, logprobs and the part's `thoughtSignature` go on the last piece only; `
 Chunks are incremental, but Gemini-compatible servers have been seen sending each chunk with
 the candidate's whole text so far, or a last chunk repeating it: a text part that starts with
 all the text counted for its candidate and channel (16 characters or more) counts only what
-follows, and its chunk is sent whole (`Cumulative`).
+follows, and its chunk is sent whole (see repeats.py).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from urllib.parse import parse_qsl, unquote
 
 from ..sse import SSEEvent, is_event_stream
 from .base import Channel, Event, RequestShape
+from .repeats import SoFar
 from .sse_json import SSEJSONAdapter
 
-__all__ = ["Cumulative", "GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate",
-           "piece_response"]
+__all__ = ["GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate", "piece_response"]
 
 # Where each field of a split chunk goes: on every piece, on the last only, else on the first.
 _EVERY_TOP = frozenset({"responseId", "modelVersion", "createTime"})
@@ -45,24 +45,6 @@ _EVERY_CONTENT = frozenset({"role"})
 _EVERY_PART = frozenset({"thought"})
 _LAST_PART = frozenset({"thoughtSignature"})
 _EMPTY: frozenset[str] = frozenset()
-_CUMULATIVE_MIN = 16  # text counted before a part that is taken to repeat it
-
-
-class Cumulative:
-    """Per stream: the text counted per candidate and channel, to tell a repeat from new text."""
-
-    def __init__(self) -> None:
-        self._so_far: dict[tuple[int, Channel], str] = {}
-
-    def new(self, candidate: int, channel: Channel, text: str) -> tuple[str, bool]:
-        """What `text` adds, and whether it repeated the text counted before it."""
-        key = (candidate, channel)
-        prev = self._so_far.get(key, "")
-        if len(prev) >= _CUMULATIVE_MIN and text.startswith(prev):
-            self._so_far[key] = text
-            return text[len(prev):], True
-        self._so_far[key] = prev + text
-        return text, False
 
 
 @dataclass(slots=True, frozen=True)
@@ -87,10 +69,10 @@ def wants_sse(path: str) -> bool:
 
 
 def classify_response(
-    obj: dict[str, Any], seen: Cumulative | None = None
+    obj: dict[str, Any], seen: SoFar | None = None
 ) -> tuple[tuple[tuple[Channel, str], ...], GeminiTextPart | None]:
     """The token texts of one GenerateContentResponse, and its split target when splittable
-    (never when a part repeated text counted before it, see `Cumulative`)."""
+    (never when a part repeated the text counted for its candidate, see repeats.py)."""
     candidates = obj.get("candidates")
     if not isinstance(candidates, list):
         return (), None
@@ -109,7 +91,7 @@ def classify_response(
             if isinstance(text, str) and text:
                 channel = Channel.REASONING if part.get("thought") is True else Channel.TEXT
                 if seen is not None:
-                    text, again = seen.new(ci, channel, text)
+                    text, again = seen.new((ci, channel), text)
                     repeated = repeated or again
                 if text:
                     texts.append((channel, text))
@@ -166,7 +148,7 @@ class GeminiSSEAdapter(SSEJSONAdapter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._seen = Cumulative()
+        self._seen = SoFar()
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:

@@ -11,6 +11,10 @@ Some providers repeat one string on several fields (OpenRouter: `reasoning` and
 mirror is counted once, and a split replaces it in every place, so a client reading either
 field sees the same text.
 
+A delta that repeats all the text counted at its place (a choice's content, refusal or
+reasoning, a tool call's arguments) and goes on, as cumulative gateways send, or the whole
+answer again in a last chunk, counts only what it adds and is sent whole (see repeats.py).
+
 A split keeps what a client needs once where it expects it: the first piece keeps the whole
 original delta (role, tool call id/type/name, ...), the pieces after it carry only the text,
 and the last piece carries finish_reason, logprobs, usage and the choice's other fields.
@@ -23,6 +27,7 @@ from typing import Any, ClassVar
 
 from ..sse import SSEEvent
 from .base import Channel, Event, RequestShape
+from .repeats import SoFar
 from .sse_json import SSEJSONAdapter, posts_event_stream
 
 __all__ = ["OpenAIChatAdapter"]
@@ -61,14 +66,27 @@ class _Scan:
     """What classifying one chunk found."""
 
     texts: list[tuple[Channel, str]]
+    seen: SoFar | None = None  # the stream's text so far, for repeats
     target: _Target | None = None
     atomic: bool = False
+
+    def add(self, place: tuple[Any, ...], channel: Channel, text: str) -> None:
+        """Count `text` at `place`, or what it adds when it repeats the text counted there."""
+        if self.seen is not None:
+            text, again = self.seen.new(place, text)
+            self.atomic = self.atomic or again
+        if text:
+            self.texts.append((channel, text))
 
 
 class OpenAIChatAdapter(SSEJSONAdapter):
     """Adapter for `POST .../chat/completions` with `stream: true`."""
 
     name: ClassVar[str] = "openai-chat"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen = SoFar()
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
@@ -81,16 +99,16 @@ class OpenAIChatAdapter(SSEJSONAdapter):
 
     # -- classification --------------------------------------------------------------
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        scan = _scan_chunk(sse, obj)
+        scan = _scan_chunk(sse, obj, self._seen)
         if not scan.texts:
             return Event(raw=sse.raw)
         atomic = scan.atomic or scan.target is None or obj.get("error") is not None
         return Event(raw=sse.raw, texts=tuple(scan.texts), payload=scan.target, atomic=atomic)
 
 
-def _scan_chunk(sse: SSEEvent, obj: dict[str, Any]) -> _Scan:
+def _scan_chunk(sse: SSEEvent, obj: dict[str, Any], seen: SoFar | None = None) -> _Scan:
     """Collect every token string of a chunk; remember the location of the last one."""
-    scan = _Scan(texts=[])
+    scan = _Scan(texts=[], seen=seen)
     choices = obj.get("choices")
     if not isinstance(choices, list):
         return scan
@@ -103,12 +121,14 @@ def _scan_chunk(sse: SSEEvent, obj: dict[str, Any]) -> _Scan:
 def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, Any], scan: _Scan) -> None:
     """Scan one choice's delta, counting mirrored strings once."""
     reasoning_mirrors = _reasoning_mirror(delta)
+    choice = _index(obj["choices"][ci], ci)
     for key, value in delta.items():
         channel = _DELTA_TEXT_FIELDS.get(key)
         if channel is not None:
             if isinstance(value, str):
                 if value and key not in reasoning_mirrors[1:]:
-                    scan.texts.append((channel, value))
+                    place = "reasoning" if key in _REASONING_FIELDS else key
+                    scan.add((choice, place), channel, value)
                     mirrors = reasoning_mirrors[1:] if key in reasoning_mirrors else ()
                     scan.target = _Target(sse, obj, ci, key, mirrors=mirrors)
             elif isinstance(value, list):  # Mistral: typed content chunks
@@ -121,13 +141,19 @@ def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, An
                 fn = call.get("function") if isinstance(call, dict) else None
                 args = fn.get("arguments") if isinstance(fn, dict) else None
                 if isinstance(args, str) and args:
-                    scan.texts.append((Channel.TOOL_ARGS, args))
+                    scan.add((choice, "tool", _index(call, ti)), Channel.TOOL_ARGS, args)
                     scan.target = _Target(sse, obj, ci, key, tool=ti)
                     if not isinstance(call.get("index"), int):
                         scan.atomic = True  # no index: clients cannot merge continuation pieces
     details = delta.get("reasoning_details")
     if isinstance(details, list):
         _scan_details(ci, details, delta, scan)
+
+
+def _index(item: dict[str, Any], position: int) -> int:
+    """The `index` an item names (a choice, a tool call), else its position."""
+    index = item.get("index")
+    return index if type(index) is int else position
 
 
 def _reasoning_mirror(delta: dict[str, Any]) -> tuple[str, ...]:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..sse import SSEEvent
 from .base import Channel, Event, RequestShape
-from .openai_chat import _NULL_UNTIL_LAST, OpenAIChatAdapter
+from .openai_chat import _NULL_UNTIL_LAST, OpenAIChatAdapter, _index
 from .sse_json import posts_event_stream, request_path
 
 __all__ = ["OpenAICompletionsAdapter"]
@@ -57,21 +57,24 @@ class OpenAICompletionsAdapter(OpenAIChatAdapter):
         choices = obj.get("choices")
         texts: list[tuple[Channel, str]] = []
         target: _TextTarget | None = None
-        mixed = False
+        mixed = repeated = False
         for ci, choice in enumerate(choices if isinstance(choices, list) else ()):
             if not isinstance(choice, dict):
                 continue
             text = choice.get("text")
             if isinstance(text, str) and text:
-                texts.append((Channel.TEXT, text))
+                text, again = self._seen.new((_index(choice, ci), "text"), text)
+                repeated = repeated or again
+                if text:
+                    texts.append((Channel.TEXT, text))
                 target = _TextTarget(sse, obj, ci)
             mixed = mixed or isinstance(choice.get("delta"), dict)
         if not texts:
-            return super().classify(sse, obj)
+            return Event(raw=sse.raw) if repeated else super().classify(sse, obj)
         if mixed:  # both shapes in one chunk: count every string, never rewrite it
             texts.extend(super().classify(sse, obj).texts)
             return Event(raw=sse.raw, texts=tuple(texts), atomic=True)
-        atomic = obj.get("error") is not None
+        atomic = obj.get("error") is not None or repeated
         return Event(raw=sse.raw, texts=tuple(texts), payload=target, atomic=atomic)
 
     def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
