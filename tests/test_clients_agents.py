@@ -2,16 +2,18 @@
 
 The agents are the shipped CLIs, installed at pinned versions by scripts/install-clients into
 .venv/clients (a missing one fails its test: run scripts/install-clients): Claude Code, Codex (its
-default Responses-over-WebSocket transport and its SSE transport), Gemini CLI, opencode and
-Simon Willison's `llm`. Each one gets the same task from the fake model: one tool call that writes
-FILE with CONTENT (its own file-writing tool: Write, exec_command, write_file, write, a `llm`
-function), then a text answer, FINAL. Modes:
+default Responses-over-WebSocket transport and its SSE transport), Gemini CLI, opencode,
+Simon Willison's `llm` and aider. Each one gets the same task from the fake model: one tool call
+that writes FILE with CONTENT (its own file-writing tool: Write, exec_command, write_file, write, a
+`llm` function), then a text answer, FINAL; aider, which edits through text, gets FINAL and the
+file's content in its "whole" edit format in one answer. Modes:
   forward  `retimer run -- AGENT ...`: the agent uses its REAL default host (api.anthropic.com,
            api.openai.com, generativelanguage.googleapis.com); tests/clients/upstream_map.py
            points that host at the fake API inside the proxy, whose CA retimer trusts.
   reverse  `retimer --upstream https://127.0.0.1:<fake TLS port>` and the agent's own base-URL
            setting (ANTHROPIC_BASE_URL, Codex's openai_base_url / provider base_url,
-           GOOGLE_GEMINI_BASE_URL, opencode's provider baseURL, OPENAI_BASE_URL) pointed at
+           GOOGLE_GEMINI_BASE_URL, opencode's provider baseURL, OPENAI_BASE_URL, aider's
+           --openai-api-base) pointed at
            retimer's plain-HTTP listener.
 Each (agent, mode) runs twice: with `--profile passthrough` and with an exact profile
 (`--ttft 500ms --tps 30 --jitter 0`). Both runs must: exit 0, write FILE with CONTENT, print
@@ -52,6 +54,7 @@ ROOT = TESTS.parent
 CLIENTS_DIR = Path(os.environ.get("RETIMER_CLIENTS_DIR", ROOT / ".venv" / "clients"))
 NPM_BIN = CLIENTS_DIR / "npm" / "node_modules" / ".bin"
 PY_BIN = CLIENTS_DIR / "py" / "bin"
+AIDER_BIN = CLIENTS_DIR / "aider" / "bin"
 UPSTREAM_MAP = TESTS / "clients" / "upstream_map.py"
 
 TTFT_MS, TPS = 500.0, 30.0
@@ -107,7 +110,7 @@ class Launch:
 class Agent:
     name: str
     api: str  # the fake API kind its LLM calls are (fakeapi's ApiRequest.api)
-    tool: str  # its file-writing tool, as the API offers it
+    tool: str | None  # its file-writing tool, as the API offers it (None: aider's edit in text)
     arguments: Callable[[Path], dict[str, Any]]  # the tool call's arguments, given FILE's path
     launch: Callable[[Path, Path, str | None], Launch]  # (work, home, reverse base URL or None)
     binary: Path
@@ -201,6 +204,19 @@ def _codex_args(path: Path) -> dict[str, Any]:
     return {"cmd": f"printf '%s\\n' '{CONTENT.strip()}' > {path.name}", "login": False}
 
 
+def _aider(work: Path, home: Path, base: str | None) -> Launch:
+    # aider edits through text, not tools: with the "whole" edit format the answer names the file
+    # and gives its new content in a fenced block (AIDER_REPLY). Its own fetch of litellm's model
+    # list fails at once without a network; LITELLM_LOCAL_MODEL_COST_MAP keeps litellm's offline
+    args = ["--model", "openai/gpt-4o-mini", "--edit-format", "whole", "--no-git", "--yes-always",
+            "--no-check-update", "--analytics-disable", "--no-show-model-warnings", "--no-pretty",
+            "--no-fancy-input", "--map-tokens", "0", "--no-detect-urls", "--no-show-release-notes"]
+    if base:
+        args += ["--openai-api-base", f"{base}/v1"]
+    return Launch([str(AIDER_BIN / "aider"), *args, "--message", PROMPT, FILE],
+                  {"HOME": str(home), "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+
+
 def _path_args(key: str) -> Callable[[Path], dict[str, Any]]:
     return lambda p: {key: str(p), "content": CONTENT}
 
@@ -214,7 +230,16 @@ AGENTS = {a.name: a for a in (
     Agent("opencode", "anthropic-messages", "write", _path_args("filePath"), _opencode,
           NPM_BIN / "opencode"),
     Agent("llm", "openai-chat", "write_file", _path_args("file_path"), _llm, PY_BIN / "llm"),
+    Agent("aider", "openai-chat", None, lambda p: {}, _aider, AIDER_BIN / "aider"),
 )}
+AIDER_REPLY = f"{FINAL}\n\n{FILE}\n```\n{CONTENT}```\n"
+
+
+def _expected_answers(agent: Agent) -> list[tuple[str | None, str]]:
+    """(tool, text) of each answer the task takes: the tool call, then FINAL; aider: one answer."""
+    if agent.tool is None:
+        return [(None, AIDER_REPLY)]
+    return [(agent.tool, ""), (None, FINAL)]
 
 
 class TaskScript:
@@ -227,6 +252,8 @@ class TaskScript:
 
     def __call__(self, req: ApiRequest) -> Reply:
         agent = self.agent
+        if agent is not None and agent.tool is None:  # aider: the edit is in the text
+            return Reply(AIDER_REPLY)
         if agent is None or agent.tool not in req.tools:
             return Reply(SIDE)
         if req.has_tool_result:
@@ -389,7 +416,7 @@ def _check_run(run: Run, agent: Agent) -> list[str]:
     # the task: one tool call, then one answer after its result (calls without the tool, such as
     # a title, may come too)
     answered = [(r.reply.tool, r.reply.text) for r in run.llm if r.reply is not None]
-    assert [a for a in answered if a != (None, SIDE)] == [(agent.tool, ""), (None, FINAL)], (
+    assert [a for a in answered if a != (None, SIDE)] == _expected_answers(agent), (
         f"{what}: the fake model answered {answered}")
     assert all(r.api == agent.api for r in run.turns), (what, [r.api for r in run.turns])
     # every LLM call has a complete record of the agent's protocol with the tokens it was sent
@@ -513,6 +540,8 @@ def test_clients_are_installed_at_their_pins() -> None:
                              timeout=60, stdin=subprocess.DEVNULL, env={**os.environ, "HOME": "/tmp"})
         want = pins.split(pin, 1)[1].split()[0]
         assert want in out.stdout, f"{binary} --version says {out.stdout!r}, pinned {want}"
-    out = subprocess.run([str(PY_BIN / "llm"), "--version"], capture_output=True, text=True, timeout=60)
-    assert pins.split("llm==", 1)[1].split()[0] in out.stdout, out.stdout
+    for binary, pin in ((PY_BIN / "llm", "llm=="), (AIDER_BIN / "aider", "aider-chat==")):
+        out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=120)
+        want = pins.split(pin, 1)[1].split()[0].strip('"')
+        assert want in out.stdout, f"{binary.name} --version says {out.stdout!r}, pinned {want}"
     assert shutil.which("node"), "Gemini CLI needs Node >= 20 on PATH"
