@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,27 +91,36 @@ ANSWER = ("It is 18 degrees and sunny in Paris today, with a light breeze from t
 
 
 class Proxies:
-    """The retimer proxies of the module, started on first use and shared by the cases (each
-    costs seconds to start on a loaded machine): forward (upstream_map.py, real hosts) and reverse
+    """The retimer proxies of the module, shared by the cases (each costs seconds to start on a
+    loaded machine, so all six start at once): forward (upstream_map.py, real hosts) and reverse
     (`--upstream` the fake's TLS port, or its plain port for Ollama), paced and passthrough."""
 
+    KINDS = ("forward", "reverse", "reverse-http")
+
     def __init__(self, tmp: Path, fake: FakeAPI) -> None:
-        self.tmp, self.fake = tmp, fake
         self.running: dict[tuple[str, tuple[str, ...]], RetimerProxy] = {}
+        for kind in self.KINDS:
+            for profile in (PACED, PASSTHROUGH):
+                name = f"{kind}-{'paced' if profile == PACED else 'passthrough'}"
+                args = ["--quiet", *profile]
+                if kind == "forward":
+                    args += ["--set", f"scripts={UPSTREAM_MAP}"]
+                else:
+                    args += ["--upstream", fake.http_url if kind == "reverse-http" else fake.url]
+                self.running[kind, profile] = RetimerProxy(tmp / name, *args, upstream_ca=fake.ca_path)
+        with pytest.MonkeyPatch.context() as mp:  # read by upstream_map.py in the proxy
+            mp.setenv("FAKEAPI_PORT", str(fake.port))
+            mp.setenv("FAKEAPI_HTTP_PORT", str(fake.http_port))
+            with ThreadPoolExecutor(len(self.running)) as pool:
+                started = [pool.submit(p.start, 60) for p in self.running.values()]
+            try:
+                for f in started:
+                    f.result()
+            except BaseException:
+                self.stop()
+                raise
 
     def get(self, kind: str, profile: tuple[str, ...]) -> RetimerProxy:
-        if (kind, profile) not in self.running:
-            name = f"{kind}-{'paced' if profile == PACED else 'passthrough'}"
-            args = ["--quiet", *profile]
-            if kind == "forward":
-                args += ["--set", f"scripts={UPSTREAM_MAP}"]
-            else:
-                args += ["--upstream", self.fake.http_url if kind == "reverse-http" else self.fake.url]
-            proxy = RetimerProxy(self.tmp / name, *args, upstream_ca=self.fake.ca_path)
-            with pytest.MonkeyPatch.context() as mp:  # read by upstream_map.py in the proxy
-                mp.setenv("FAKEAPI_PORT", str(self.fake.port))
-                mp.setenv("FAKEAPI_HTTP_PORT", str(self.fake.http_port))
-                self.running[kind, profile] = proxy.start()
         return self.running[kind, profile]
 
     def stop(self) -> None:
@@ -278,6 +288,8 @@ def test_sdk_through_retimer(client: str, mode: str, fake: FakeAPI, proxies: Pro
     timed1 = _check_run(client, mode, out1, rec1, llm1, paced=True)
     predicted = _predicted(timed1, timed0)
     grew = _wall(out1) - _wall(out0)
+    print(f"TIMING {client}-{mode}: paced {_wall(out1):.3f}s passthrough {_wall(out0):.3f}s "
+          f"grew {grew:.3f}s predicted {predicted:.3f}s ratio {grew / predicted:.3f}")
     assert abs(grew - predicted) <= TOLERANCE * predicted, (
         f"{client} ({mode}): paced run took {_wall(out1):.3f}s, passthrough {_wall(out0):.3f}s: "
         f"grew {grew:.3f}s, the profile predicts {predicted:.3f}s (records: "
