@@ -298,3 +298,70 @@ def test_sdk_through_retimer(client: str, mode: str, fake: FakeAPI, proxies: Pro
         f"passthrough {[round(c['wall'], 3) for c in out0['calls'] if not c.get('warmup')]})")
     if client in WS_CLIENTS:
         _check_passthrough_ws_records(client, rec0, llm0)
+
+
+def test_fakeapi_shapes_without_retimer(fake: FakeAPI) -> None:
+    """The fake API's other shapes (non-streaming answers, tool calls on every API, the Gemini
+    JSON array, WebSocket tool calls, model lists) parse in the real SDKs, directly (no proxy),
+    and its log holds what clients sent without their keys."""
+    import anthropic
+    import httpx
+    import ollama
+    import openai
+    from google import genai
+    from google.genai import types
+
+    fake.clear()
+    base, tool = fake.http_url, {"type": "object", "properties": {"city": {"type": "string"}}}
+    oa = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-secret-key", max_retries=0)
+    chat = oa.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
+                                      tools=[{"type": "function", "function": {"name": "get_weather", "parameters": tool}}])
+    (call,) = chat.choices[0].message.tool_calls
+    assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+    assert chat.choices[0].finish_reason == "tool_calls"
+    resp = oa.responses.create(model="gpt-5", input="hi", tools=[{"type": "function", "name": "get_weather", "parameters": tool}])
+    assert [(o.type, o.name) for o in resp.output] == [("function_call", "get_weather")]
+    assert oa.responses.create(model="gpt-5", input="hi").output_text == ANSWER
+    with oa.responses.connect() as conn:  # WebSocket mode: a function call's events
+        conn.send({"type": "response.create", "model": "gpt-5", "input": "hi",
+                   "tools": [{"type": "function", "name": "get_weather", "parameters": tool}]})
+        args = ""
+        for ev in conn:
+            args += ev.delta if ev.type == "response.function_call_arguments.delta" else ""
+            if ev.type == "response.completed":
+                assert ev.response.output[0].type == "function_call"
+                break
+    assert json.loads(args) == {"city": "Paris"}
+    assert "gpt-4o-mini" in [m.id for m in oa.models.list()]
+
+    an = anthropic.Anthropic(base_url=base, api_key="sk-ant-secret", max_retries=0)
+    msg = an.messages.create(model="claude-sonnet-4-5", max_tokens=100, messages=[{"role": "user", "content": "hi"}],
+                             tools=[{"name": "get_weather", "input_schema": tool}])
+    assert (msg.stop_reason, msg.content[-1].type, msg.content[-1].input) == ("tool_use", "tool_use", {"city": "Paris"})
+    assert "claude-sonnet-4-5" in [m.id for m in an.models.list()]
+
+    gm = genai.Client(api_key="secret-goog", http_options=types.HttpOptions(base_url=base))
+    cfg = types.GenerateContentConfig(tools=[types.Tool(function_declarations=[types.FunctionDeclaration(
+        name="get_weather", parameters_json_schema=tool)])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    g = gm.models.generate_content(model="gemini-2.5-flash", contents="hi", config=cfg)
+    assert (g.function_calls[0].name, g.function_calls[0].args) == ("get_weather", {"city": "Paris"})
+    assert gm.models.generate_content(model="gemini-2.5-flash", contents="hi").text == ANSWER
+    array = httpx.post(f"{base}/v1beta/models/gemini-2.5-flash:streamGenerateContent", json={
+        "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).json()  # the streamed JSON array
+    assert "".join(c["candidates"][0]["content"]["parts"][0]["text"] for c in array) == ANSWER
+
+    ol = ollama.Client(host=base)
+    o = ol.chat(model="llama3.2", messages=[{"role": "user", "content": "hi"}],
+                tools=[{"type": "function", "function": {"name": "get_weather", "parameters": tool}}])
+    assert (o.message.tool_calls[0].function.name, o.message.tool_calls[0].function.arguments) == (
+        "get_weather", {"city": "Paris"})
+    assert ol.generate(model="llama3.2", prompt="hi").response == ANSWER
+    assert "llama3.2:latest" in [m.model for m in ol.list().models]
+
+    log = fake.requests
+    assert {r.api for r in log} >= {"openai-chat", "openai-responses", "openai-responses-ws", "anthropic-messages",
+                                    "gemini", "ollama-chat", "ollama-generate", "models"}
+    assert log[0].body["messages"] == [{"role": "user", "content": "hi"}] and log[0].tools == ["get_weather"]
+    dump = json.dumps([r.to_json() for r in log])
+    assert not any(k in dump for k in ("sk-secret-key", "sk-ant-secret", "secret-goog"))
