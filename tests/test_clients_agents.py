@@ -19,9 +19,10 @@ Each (agent, mode) runs twice: with `--profile passthrough` and with an exact pr
 (`--ttft 500ms --tps 30 --jitter 0`). Both runs must: exit 0, write FILE with CONTENT, print
 FINAL, call the tool once and answer once (the same result with and without pacing); every LLM
 call has a complete record with the agent's protocol and the token count the fake API sent. The
-paced run's wall time, counted from the agent's first LLM request to its exit (the seconds an
-agent spends loading before it asks anything vary by more than the whole effect on a loaded
-machine), grows over the passthrough run's by what the profile predicts from the records (the
+paced run's wall time, counted from the agent's first LLM request to the moment FINAL is on its
+stdout (the seconds an agent spends loading before it asks anything, or tidying up after it has
+answered, vary by more than a second on a loaded machine), grows over the passthrough run's by
+what the profile predicts from the records (the
 union over calls of [arrival, arrival + TTFT + (tokens - 1) / rate]) within 15 %. Codex's
 WebSocket and SSE transports, given the same task, must take the same time within 10 %.
 
@@ -37,6 +38,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -330,7 +332,7 @@ class Run:
     stderr: str
     work: Path
     wall: float  # process start to exit
-    active: float  # the first LLM request's arrival at the fake API to exit
+    active: float  # the first LLM request's arrival at the fake API to the answer on stdout
     llm: list[ApiRequest]  # the calls the fake model answered
     turns: list[ApiRequest]  # every LLM call, with a Codex WebSocket prewarm (generate: false)
     records: list[dict[str, Any]]
@@ -351,6 +353,45 @@ def _log_lines(proxy: RetimerProxy) -> list[str]:
 
 def _is_turn(req: ApiRequest) -> bool:
     return req.api in PROTOCOL
+
+
+def _execute(argv: list[str], env: dict[str, str], cwd: Path,
+             timeout: float = 240) -> tuple[int, str, str, float | None]:
+    """Run to exit; returns (exit code, stdout, stderr, when FINAL's last words reached stdout).
+    The agent's own work after it has shown the answer (saving its session, flushing logs,
+    stopping helpers) varies by a second on a loaded machine and is no part of what it waited for."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+    out, err = bytearray(), bytearray()
+    answered: list[float] = []
+    last_words = FINAL[-40:].encode()
+
+    def read_out() -> None:
+        assert proc.stdout is not None
+        while chunk := proc.stdout.read1(65536):
+            out.extend(chunk)
+            if not answered and last_words in out:
+                answered.append(time.time())
+
+    def read_err() -> None:
+        assert proc.stderr is not None
+        while chunk := proc.stderr.read1(65536):
+            err.extend(chunk)
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+    for t in readers:
+        t.start()
+    try:
+        returncode = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for t in readers:
+            t.join(10)
+    return (returncode, out.decode(errors="replace"), err.decode(errors="replace"),
+            answered[0] if answered else None)
 
 
 def _run(agent: Agent, mode: str, paced: bool, fake: FakeAPI, script: TaskScript,
@@ -375,14 +416,13 @@ def _run(agent: Agent, mode: str, paced: bool, fake: FakeAPI, script: TaskScript
     seen = len(_log_lines(proxy))
     start = time.time()
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env,
-                              stdin=subprocess.DEVNULL, cwd=work)
+        returncode, stdout, stderr, answered = _execute(argv, env, work)
     finally:
         script.agent = None
     end = time.time()
     turns = [r for r in fake.requests if _is_turn(r)]
-    run = Run(agent.name, mode, paced, proc.returncode, proc.stdout, proc.stderr, work,
-              end - start, end - turns[0].time if turns else 0.0, fake.llm_requests(), turns, [])
+    run = Run(agent.name, mode, paced, returncode, stdout, stderr, work, end - start,
+              (answered or end) - turns[0].time if turns else 0.0, fake.llm_requests(), turns, [])
     deadline = time.monotonic() + 5  # a record is written as its stream ends at the proxy
     while True:
         run.records = [json.loads(x) for x in _log_lines(proxy)[seen:]]
@@ -477,7 +517,7 @@ def _growth(base: Run, paced: Run) -> tuple[float, float, str | None]:
     if abs(grew - predicted) <= TOLERANCE * predicted:
         return grew, predicted, None
     return grew, predicted, (
-        f"{paced.agent} ({paced.mode}): from its first LLM request to its exit the paced run took "
+        f"{paced.agent} ({paced.mode}): from its first LLM request to its answer the paced run took "
         f"{paced.active:.3f}s (wall {paced.wall:.3f}s), passthrough {base.active:.3f}s (wall "
         f"{base.wall:.3f}s): grew {grew:.3f}s, the profile predicts {predicted:.3f}s; paced "
         f"records {_summary(paced.records)}")
@@ -496,7 +536,7 @@ def test_agent_through_retimer(name: str, mode: str, fake: FakeAPI, script: Task
     paced = _run(agent, mode, True, fake, script, proxies, tmp_path / "paced")
     problems += _check_run(paced, agent)
     grew, predicted, wrong = _growth(base, paced)
-    print(f"\n{name} {mode}: wall {base.wall:.2f}s -> {paced.wall:.2f}s, from the first LLM request "
+    print(f"\n{name} {mode}: wall {base.wall:.2f}s -> {paced.wall:.2f}s, first LLM request to answer "
           f"{base.active:.2f}s -> {paced.active:.2f}s: grew {grew:.3f}s, predicted {predicted:.3f}s "
           f"({len(base.records)}/{len(paced.records)} records for {len(paced.turns)} calls; calls at "
           f"+{[round(r.time - paced.turns[0].time, 3) for r in paced.turns]}s)")
