@@ -51,7 +51,7 @@ PROTOCOL = {"openai-chat": "openai-chat", "openai-responses": "openai-responses"
             "anthropic-messages": "anthropic-messages", "gemini": "gemini-sse",
             "ollama-chat": "ollama", "ollama-generate": "ollama"}
 # client id -> (argv after the interpreter, interpreter: "python" | "node", fake API kinds expected)
-# (the Python clients first make an untimed warm-up call: see tests/clients/sdk/common.py)
+# (every client first makes an untimed warm-up call: see tests/clients/sdk/common.py)
 CLIENTS: dict[str, tuple[list[str], str, list[str]]] = {
     "openai-chat": (["openai_sdk.py", "chat"], "python", ["openai-chat"] * 3),
     "openai-responses": (["openai_sdk.py", "responses"], "python", ["openai-responses"] * 3),
@@ -61,8 +61,8 @@ CLIENTS: dict[str, tuple[list[str], str, list[str]]] = {
     "google-genai": (["genai_sdk.py"], "python", ["gemini"] * 3),
     "ollama": (["ollama_sdk.py"], "python", ["ollama-chat"] * 2 + ["ollama-generate"]),
     "litellm": (["litellm_sdk.py"], "python", ["openai-chat"] * 3 + ["anthropic-messages"] * 3),
-    "vercel-ai-responses": (["vercel_ai.mjs", "responses"], "node", ["openai-responses"] * 2),
-    "vercel-ai-chat": (["vercel_ai.mjs", "chat"], "node", ["openai-chat"] * 2),
+    "vercel-ai-responses": (["vercel_ai.mjs", "responses"], "node", ["openai-responses"] * 3),
+    "vercel-ai-chat": (["vercel_ai.mjs", "chat"], "node", ["openai-chat"] * 3),
 }
 WS_CLIENTS = {"openai-responses-ws", "openai-realtime"}
 KEYS = {"OPENAI_API_KEY": "sk-test-fake", "ANTHROPIC_API_KEY": "sk-ant-test-fake",
