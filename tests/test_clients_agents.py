@@ -116,6 +116,9 @@ class Agent:
     arguments: Callable[[Path], dict[str, Any]]  # the tool call's arguments, given FILE's path
     launch: Callable[[Path, Path, str | None], Launch]  # (work, home, reverse base URL or None)
     binary: Path
+    # on stdout once the agent has its whole answer (aider prints the answer as it streams in, and
+    # its edit block comes after FINAL)
+    done: str = FINAL[-40:]
 
 
 def _claude(work: Path, home: Path, base: str | None) -> Launch:
@@ -232,7 +235,8 @@ AGENTS = {a.name: a for a in (
     Agent("opencode", "anthropic-messages", "write", _path_args("filePath"), _opencode,
           NPM_BIN / "opencode"),
     Agent("llm", "openai-chat", "write_file", _path_args("file_path"), _llm, PY_BIN / "llm"),
-    Agent("aider", "openai-chat", None, lambda p: {}, _aider, AIDER_BIN / "aider"),
+    Agent("aider", "openai-chat", None, lambda p: {}, _aider, AIDER_BIN / "aider",
+          done=f"Applied edit to {FILE}"),
 )}
 AIDER_REPLY = f"{FINAL}\n\n{FILE}\n```\n{CONTENT}```\n"
 
@@ -355,16 +359,16 @@ def _is_turn(req: ApiRequest) -> bool:
     return req.api in PROTOCOL
 
 
-def _execute(argv: list[str], env: dict[str, str], cwd: Path,
+def _execute(argv: list[str], env: dict[str, str], cwd: Path, done: str,
              timeout: float = 240) -> tuple[int, str, str, float | None]:
-    """Run to exit; returns (exit code, stdout, stderr, when FINAL's last words reached stdout).
+    """Run to exit; returns (exit code, stdout, stderr, when `done` reached stdout: the answer).
     The agent's own work after it has shown the answer (saving its session, flushing logs,
     stopping helpers) varies by a second on a loaded machine and is no part of what it waited for."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             stdin=subprocess.DEVNULL, env=env, cwd=cwd)
     out, err = bytearray(), bytearray()
     answered: list[float] = []
-    last_words = FINAL[-40:].encode()
+    last_words = done.encode()
 
     def read_out() -> None:
         assert proc.stdout is not None
@@ -416,7 +420,7 @@ def _run(agent: Agent, mode: str, paced: bool, fake: FakeAPI, script: TaskScript
     seen = len(_log_lines(proxy))
     start = time.time()
     try:
-        returncode, stdout, stderr, answered = _execute(argv, env, work)
+        returncode, stdout, stderr, answered = _execute(argv, env, work, agent.done)
     finally:
         script.agent = None
     end = time.time()
