@@ -4,7 +4,7 @@ The agents are the shipped CLIs, installed at pinned versions by scripts/install
 .venv/clients (a missing one fails its test: run scripts/install-clients): Claude Code, Codex (its
 default Responses-over-WebSocket transport and its SSE transport), Gemini CLI, opencode,
 Simon Willison's `llm` and aider. Each one gets the same task from the fake model: one tool call
-that writes FILE with CONTENT (its own file-writing tool: Write, exec_command, write_file, write, a
+that writes FILE with CONTENT (its own file-writing tool: Write, apply_patch, write_file, write, a
 `llm` function), then a text answer, FINAL; aider, which edits through text, gets FINAL and the
 file's content in its "whole" edit format in one answer. Modes:
   forward  `retimer run -- AGENT ...`: the agent uses its REAL default host (api.anthropic.com,
@@ -116,6 +116,8 @@ class Agent:
     arguments: Callable[[Path], dict[str, Any]]  # the tool call's arguments, given FILE's path
     launch: Callable[[Path, Path, str | None], Launch]  # (work, home, reverse base URL or None)
     binary: Path
+    # a Responses custom (freeform) tool's raw input instead of JSON arguments (Codex's apply_patch)
+    custom_input: Callable[[Path], str] | None = None
     # on stdout once the agent has its whole answer (aider prints the answer as it streams in, and
     # its edit block comes after FINAL)
     done: str = FINAL[-40:]
@@ -132,8 +134,9 @@ def _claude(work: Path, home: Path, base: str | None) -> Launch:
 
 
 def _codex_common(home: Path) -> tuple[list[str], dict[str, str]]:
-    # gpt-5.5: a model of the bundled catalog with the classic tool set (exec_command,
-    # apply_patch, ...); the default models use "code mode" (a JavaScript `exec` tool).
+    # gpt-5.5: a model of the bundled catalog with the classic tool set (exec_command, apply_patch
+    # as a freeform tool, ...); the default models use "code mode" (a JavaScript `exec` tool whose
+    # tools are listed in an `additional_tools` input item).
     # api_key_model_discovery off: no model-list refresh from chatgpt.com, which would wait for
     # its time-out on every turn here
     args = ["exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
@@ -203,10 +206,11 @@ def _llm(work: Path, home: Path, base: str | None) -> Launch:
                    PROMPT], env)
 
 
-def _codex_args(path: Path) -> dict[str, Any]:
-    # a path relative to the working directory (where exec_command runs), so every Codex run is
-    # sent the very same tokens; no login shell (its start-up time varies on a loaded machine)
-    return {"cmd": f"printf '%s\\n' '{CONTENT.strip()}' > {path.name}", "login": False}
+def _codex_patch(path: Path) -> str:
+    # apply_patch, Codex's own file tool: a freeform (custom) tool whose input is the patch text.
+    # The path is relative to the working directory, so every Codex run is sent the same tokens
+    lines = "".join(f"+{line}\n" for line in CONTENT.splitlines())
+    return f"*** Begin Patch\n*** Add File: {path.name}\n{lines}*** End Patch\n"
 
 
 def _aider(work: Path, home: Path, base: str | None) -> Launch:
@@ -229,8 +233,10 @@ def _path_args(key: str) -> Callable[[Path], dict[str, Any]]:
 AGENTS = {a.name: a for a in (
     Agent("claude-code", "anthropic-messages", "Write", _path_args("file_path"), _claude,
           NPM_BIN / "claude"),
-    Agent("codex-ws", "openai-responses-ws", "exec_command", _codex_args, _codex_ws, NPM_BIN / "codex"),
-    Agent("codex-sse", "openai-responses", "exec_command", _codex_args, _codex_sse, NPM_BIN / "codex"),
+    Agent("codex-ws", "openai-responses-ws", "apply_patch", lambda p: {}, _codex_ws, NPM_BIN / "codex",
+          custom_input=_codex_patch),
+    Agent("codex-sse", "openai-responses", "apply_patch", lambda p: {}, _codex_sse, NPM_BIN / "codex",
+          custom_input=_codex_patch),
     Agent("gemini-cli", "gemini", "write_file", _path_args("file_path"), _gemini, NPM_BIN / "gemini"),
     Agent("opencode", "anthropic-messages", "write", _path_args("filePath"), _opencode,
           NPM_BIN / "opencode"),
@@ -265,6 +271,8 @@ class TaskScript:
         if req.has_tool_result:
             return Reply(FINAL)
         assert self.target is not None
+        if agent.custom_input is not None:
+            return Reply("", agent.tool, custom_input=agent.custom_input(self.target))
         return Reply("", agent.tool, agent.arguments(self.target))
 
 

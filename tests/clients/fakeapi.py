@@ -38,7 +38,8 @@ Routes (query ignored for routing except `alt`; a `/openai` or `/v1` prefix is t
   anything else                             404 with an OpenAI-style error JSON (logged as api "unknown")
 
 Scripting: a Script is any callable `(ApiRequest) -> Reply`. A Reply is text, or a tool call
-(name + JSON arguments) in that API's tool-call shape, or text then a tool call. The default,
+(name + JSON arguments) in that API's tool-call shape, or text then a tool call; on the Responses
+API, `Reply.custom_input` makes it a custom (freeform) tool call with that raw input instead. The default,
 `AgentScript(tool=..., arguments=...)`, calls the named tool when the request offers it and the
 conversation holds no tool result yet, and answers with text otherwise.
 
@@ -105,6 +106,9 @@ class Reply:
     tool: str | None = None
     arguments: dict[str, Any] = field(default_factory=dict)
     call_id: str = ""  # filled in by the server when empty
+    # OpenAI Responses only: a custom (freeform) tool call, `custom_tool_call`, whose input is this
+    # raw text (Codex's apply_patch); `arguments` is then unused
+    custom_input: str | None = None
 
     @property
     def arguments_json(self) -> str:
@@ -319,7 +323,19 @@ def responses_events(reply: Reply, model: str, req_body: dict, *, generate: bool
                    {"type": "response.content_part.done", **where, "part": full},
                    {"type": "response.output_item.done", "output_index": idx, "item": done_item}]
         output.append(done_item)
-    if generate and reply.tool:
+    if generate and reply.tool and reply.custom_input is not None and not realtime:
+        idx, cid = len(output), f"ctc_{uuid.uuid4().hex}"
+        item = {"id": cid, "type": "custom_tool_call", "status": "in_progress", "input": "",
+                "call_id": reply.call_id, "name": reply.tool}
+        events.append({"type": "response.output_item.added", "output_index": idx, "item": item})
+        events += [{"type": "response.custom_tool_call_input.delta", "item_id": cid,
+                    "output_index": idx, "delta": a} for a in _arg_pieces(reply.custom_input)]
+        done_item = {**item, "status": "completed", "input": reply.custom_input}
+        events += [{"type": "response.custom_tool_call_input.done", "item_id": cid,
+                    "output_index": idx, "input": reply.custom_input},
+                   {"type": "response.output_item.done", "output_index": idx, "item": done_item}]
+        output.append(done_item)
+    elif generate and reply.tool:
         idx, fid = len(output), f"fc_{uuid.uuid4().hex}"
         item = {"id": fid, "type": "function_call", "status": "in_progress", "arguments": "",
                 "call_id": reply.call_id, "name": reply.tool}
@@ -455,8 +471,11 @@ def token_deltas(api: str, reply: Reply) -> list[str]:
     Ollama send a tool call whole, in one part, so it is not included (retimer counts a Gemini
     functionCall as no tokens, and an Ollama tool call's name and arguments as one piece)."""
     out = pieces(reply.text) if reply.text else []
-    if reply.tool and api in ("openai-chat", "openai-responses", "openai-responses-ws",
-                              "openai-realtime", "anthropic-messages"):
+    if reply.tool and reply.custom_input is not None and api in ("openai-responses",
+                                                                 "openai-responses-ws"):
+        out += _arg_pieces(reply.custom_input)
+    elif reply.tool and api in ("openai-chat", "openai-responses", "openai-responses-ws",
+                                "openai-realtime", "anthropic-messages"):
         out += _arg_pieces(reply.arguments_json)
     return out
 
