@@ -170,7 +170,7 @@ class Retimer:
         if (
             response is None or response.stream or flow.websocket is not None
             or "retimer" in flow.metadata or response.status_code != 200
-            or self.profile is None or self.profile_for(flow).passthrough
+            or self.profile is None  # passthrough: held for no time, but recorded
         ):
             return
         request = flow.request
@@ -309,8 +309,8 @@ class Retimer:
 
     # -- WebSocket -------------------------------------------------------------------------
     def websocket_start(self, flow: http.HTTPFlow) -> None:
-        if self.profile is None or self.profile_for(flow).passthrough:
-            return
+        if self.profile is None:
+            return  # a passthrough profile still paces nothing, but records every turn
         request = flow.request
         if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
             flow.metadata["retimer"] = {"protocol": WebSocketMessageAdapter.name}

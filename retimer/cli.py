@@ -273,7 +273,10 @@ def build_proxy(
         updates["mode"] = [f"reverse:{args.upstream}"]
     try:
         opts.update(**updates)
-        opts.set(*args.sets)
+        # a script's own options exist only once it has loaded (after start-up), so with
+        # scripts they wait for it, as mitmdump does; without, a typo is an error at once
+        with_scripts = any(spec.split("=", 1)[0] == "scripts" for spec in args.sets)
+        opts.set(*args.sets, defer=with_scripts)
         from .security import exposure_error, proxy_auth_error
 
         if auth := getattr(args, "proxy_auth", ""):

@@ -204,6 +204,27 @@ def test_unknown_set_option_gets_a_suggestion(tmp_path: Path) -> None:
     assert len(lines) == 1 and "ssl_insecur; did you mean ssl_insecure?" in lines[0]
 
 
+def test_set_reaches_the_options_a_script_declares(tmp_path: Path) -> None:
+    """`--set scripts=x.py --set its_option=v`, as mitmdump takes it: the option waits for
+    the script to declare it (tests/clients/upstream_map.py is configured this way)."""
+    import time
+
+    out = tmp_path / "seen.txt"
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "from mitmproxy import ctx\n"
+        "def load(loader):\n"
+        "    loader.add_option('probe_value', str, '', 'a value for the test')\n"
+        "def configure(updated):\n"
+        f"    if 'probe_value' in updated and ctx.options.probe_value:\n"
+        f"        open({str(out)!r}, 'w').write(ctx.options.probe_value)\n")
+    with RetimerProxy(tmp_path, "--set", f"scripts={script}", "--set", "probe_value=forty-two"):
+        deadline = time.monotonic() + 20
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert out.read_text() == "forty-two"
+
+
 @pytest.mark.parametrize(
     "args",
     [["--ttft", "-1s"], ["--ttft", "-5ms"], ["--speed", "-2x"], ["--tps", "-.5"],

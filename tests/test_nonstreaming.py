@@ -74,3 +74,16 @@ def test_error_bodies_and_other_json_are_not_held(tmp_path, fake: FakeLLM) -> No
                        headers={"x-fake-fixture": "nonstream/missing.json"})
             assert r.status_code == 404
         assert proxy.records(0, timeout=0.5) == []
+
+
+def test_passthrough_records_a_whole_response_without_holding_it(tmp_path, fake: FakeLLM) -> None:
+    """A passthrough run (a study's control condition) records every call, as its streams do."""
+    with RetimerProxy(tmp_path, "--profile", "passthrough") as proxy:
+        with httpx.Client(proxy=proxy.url, timeout=30) as c:
+            r = c.post(fake.url + "/v1/chat/completions", json={"messages": []},
+                       headers={"x-fake-fixture": FIXTURE})
+        assert r.content == load(FIXTURE)
+        [record] = proxy.records(1)
+    assert (record["protocol"], record["profile"], record["outcome"]) == (
+        "non-streaming", "passthrough", "complete")
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 5

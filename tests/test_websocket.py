@@ -310,6 +310,25 @@ def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
     assert tail < 0.25, f"the repeats were paced: {tail:.2f} s after the last delta"
 
 
+def test_passthrough_records_every_turn_and_holds_nothing(tmp_path: Path) -> None:
+    """A passthrough run (a study's control condition) records WebSocket turns as it records
+    HTTP streams, with their tokens, and sends each message as it comes."""
+    with RetimerProxy(tmp_path, "--profile", "passthrough") as proxy, \
+            FakeWSLLM([PREWARM, responses_turn(WORDS)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/responses")
+        try:
+            client.send(json.dumps({"type": "response.create", "generate": False}))
+            client.receive_until('"response.completed"')
+            client.send(json.dumps({"type": "response.create", "input": "hi"}))
+            answer = client.receive_until('"response.completed"')
+        finally:
+            client.close()
+        records = proxy.records(2)
+    assert "".join(json.loads(r.data).get("delta", "") for r in answer) == WORDS
+    assert [(r["protocol"], r["profile"]) for r in records] == [("websocket", "passthrough")] * 2
+    assert [r["emitted"]["tokens"] for r in records] == [0, len(split_tokens(WORDS))]
+
+
 def test_server_close_waits_for_held_messages(proxy: RetimerProxy) -> None:
     with FakeWSLLM([reply(close_after=True)]) as server:
         client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime")
