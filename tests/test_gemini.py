@@ -17,7 +17,7 @@ from retimer.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.protocols.gemini_json import GeminiJSONArrayAdapter
 from retimer.protocols.gemini_sse import GeminiSSEAdapter
 
-TEXT, REASONING = Channel.TEXT, Channel.REASONING
+TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE, JSON = "text/event-stream", "application/json; charset=UTF-8"
 API = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
 VERTEX = ("/v1beta1/projects/p/locations/global/publishers/google/models/"
@@ -94,6 +94,10 @@ def _reference(adapter: type[Adapter], data: bytes) -> dict[Channel, str]:
                 if part.get("text"):
                     channel = REASONING if part.get("thought") else TEXT
                     out[channel] = out.get(channel, "") + part["text"]
+                elif isinstance(part.get("functionCall"), dict):
+                    args = json.dumps(part["functionCall"].get("args") or {}, ensure_ascii=False,
+                                      separators=(",", ":"))
+                    out[TOOL_ARGS] = out.get(TOOL_ARGS, "") + args
     return out
 
 
@@ -103,7 +107,8 @@ def test_fixture_channels_and_raw(adapter: type[Adapter], name: str) -> None:
     events = parse(adapter, [data])
     assert b"".join(e.raw for e in events) == data
     assert channel_texts(events) == _reference(adapter, data)
-    assert all(e.splittable == bool(e.texts) for e in events)  # one text part per chunk here
+    # one text part per chunk here; a function call's arguments count but are never split
+    assert all(e.splittable == (bool(e.texts) and e.texts[0][0] is not TOOL_ARGS) for e in events)
     assert parse(adapter, [data[i:i + 1] for i in range(len(data))]) == events  # byte by byte
 
 
@@ -118,7 +123,8 @@ def test_fixture_known_texts() -> None:
                  "gemini/sse-gemini-3-pro-functioncall-thoughtsig.sse",
                  "gemini/llm-gemini-3-flash-functioncall-thoughtsig.json-stream",
                  "gemini/llm-gemini-3-flash-functioncall-with-id.json-stream"):
-        assert texts[name] == {}  # function calls arrive whole: nothing to pace
+        # function calls arrive whole: their arguments are paced as tool-argument tokens
+        assert set(texts[name]) <= {TOOL_ARGS, REASONING} and texts[name][TOOL_ARGS].startswith("{")
 
 
 def test_json_array_events_shape() -> None:
@@ -271,10 +277,11 @@ def test_split_thought_part_keeps_flag() -> None:
     ({"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b", "thought": True}]}}]},
      ((TEXT, "a"), (REASONING, "b")), False),
     ({"candidates": [{"content": {"parts": [{"text": "a"}, {"functionCall": {"name": "f", "args": {}}}]}}]},
-     ((TEXT, "a"),), False),
+     ((TEXT, "a"), (TOOL_ARGS, "{}")), False),
     ({"candidates": [{"content": {"parts": [{"text": "a"}]}}, {"content": {"parts": [{"text": "b"}]}}]},
      ((TEXT, "a"), (TEXT, "b")), False),
-    ({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {"x": "long"}}}]}}]}, (), False),
+    ({"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {"x": "long"}}}]}}]},
+     ((TOOL_ARGS, '{"x":"long"}'),), False),  # a call's arguments count, kept whole
     ({"candidates": [{"content": {"parts": [{"text": "", "thoughtSignature": "abc"}]}, "finishReason": "STOP"}]},
      (), False),
     ({"promptFeedback": {"blockReason": "SAFETY"}}, (), False),

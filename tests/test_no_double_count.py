@@ -265,12 +265,16 @@ def interactions_ref(data: bytes) -> Texts:
 
 
 def gemini_chunks_ref(chunks: list[dict[str, Any]]) -> Texts:
-    """Text parts of every candidate, chunk after chunk; thought parts are reasoning."""
+    """Text parts of every candidate, chunk after chunk; thought parts are reasoning; a
+    function call (whole, never streamed) is its arguments as compact JSON."""
     acc = Acc()
     for obj in chunks:
         for cand in obj.get("candidates") or ():
             for part in (cand.get("content") or {}).get("parts") or ():
                 acc.add(REASONING if part.get("thought") else TEXT, part.get("text"))
+                if isinstance(call := part.get("functionCall"), dict):
+                    acc.add(TOOL_ARGS, json.dumps(call.get("args") or {}, ensure_ascii=False,
+                                                  separators=(",", ":")))
     return acc.out
 
 

@@ -3,7 +3,9 @@
 Every event is one GenerateContentResponse: `data: {json}` with CRLF framing, no event names
 and no `[DONE]`. Tokens are the `text` of `candidates[*].content.parts[*]`; a part with
 `thought: true` carries reasoning. `functionCall` parts arrive whole (Gemini does not stream
-arguments), so they, and every other part kind, pass unchanged as non-token content.
+arguments): their arguments count as tool-argument tokens, as OpenAI's argument deltas do, so a
+turn that only calls a tool still waits its TTFT and rate, but the chunk is never split. Every
+other part kind passes unchanged as non-token content.
 
 An event is splittable only when its single candidate has exactly one part and that part is
 non-empty text. Clients (google-genai's `.text`, pydantic-ai, llm) concatenate text parts
@@ -21,6 +23,7 @@ follows, and its chunk is sent whole (see repeats.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
@@ -96,6 +99,11 @@ def classify_response(
                 if text:
                     texts.append((channel, text))
                     where.append((ci, pi))
+            elif isinstance(part, dict) and isinstance(call := part.get("functionCall"), dict):
+                arguments = call.get("args") or {}  # "{}" for none: the call still waits
+                texts.append((Channel.TOOL_ARGS, json.dumps(
+                    arguments, ensure_ascii=False, separators=(",", ":"))))
+                repeated = True  # whole: the call is sent as it came, never split
     target = None
     if len(candidates) == 1 and nparts == 1 and len(texts) == 1 and not repeated:
         target = GeminiTextPart(obj, *where[0])
