@@ -467,10 +467,12 @@ def ollama(reply: Reply, model: str, *, chat: bool, stream: bool) -> list[bytes]
 def token_deltas(api: str, reply: Reply) -> list[str]:
     """The token-bearing strings `reply` was sent as on `api`, one per delta event, as the
     builders above split them: text pieces, then tool-argument pieces where the API streams
-    arguments (OpenAI Chat, Responses over SSE and WebSocket, Realtime, Anthropic). Gemini and
-    Ollama send a tool call whole, in one part, so it is not included (retimer counts a Gemini
-    functionCall as no tokens, and an Ollama tool call's name and arguments as one piece)."""
+    arguments (OpenAI Chat, Responses over SSE and WebSocket, Realtime, Anthropic). Gemini
+    sends a tool call whole, in one part: its arguments are one piece (compact JSON). Ollama's
+    whole tool call is not included (retimer counts its name and arguments as one piece)."""
     out = pieces(reply.text) if reply.text else []
+    if reply.tool and api == "gemini":
+        out.append(json.dumps(reply.arguments or {}, ensure_ascii=False, separators=(",", ":")))
     if reply.tool and reply.custom_input is not None and api in ("openai-responses",
                                                                  "openai-responses-ws"):
         out += _arg_pieces(reply.custom_input)
