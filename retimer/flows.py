@@ -6,6 +6,7 @@ timing figures: never request headers, cookies, bodies or authorization values.
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +56,14 @@ def is_answer_with_body(flow: http.HTTPFlow) -> bool:
     )
 
 
+def _started(flow: http.HTTPFlow, pacer: StreamPacer) -> float:
+    """When the stream began (epoch seconds): its request, or for a WebSocket turn the client
+    message that opened it (every turn of a socket shares the handshake's request)."""
+    if flow.websocket is None:
+        return flow.request.timestamp_start
+    return time.time() - (time.monotonic() - pacer.stats.start)
+
+
 def stream_record(
     flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
     outcome: str, index: int | None = None,
@@ -68,7 +77,7 @@ def stream_record(
     wait_ms = pacer.scheduler.bound_s * 1000
     return {
         "id": flow.id,
-        "time": datetime.fromtimestamp(flow.request.timestamp_start, UTC).isoformat(),
+        "time": datetime.fromtimestamp(_started(flow, pacer), UTC).isoformat(),
         "url": redact_url(destination_url(flow)),
         "protocol": meta.get("protocol"),
         "profile": profile.name,

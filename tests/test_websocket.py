@@ -6,6 +6,7 @@ import json
 import random
 import signal
 import time
+from datetime import datetime
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -291,6 +292,8 @@ def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
         try:
             client.send(json.dumps({"type": "response.create", "generate": False}))
             warm = client.receive_until('"response.completed"')
+            time.sleep(0.3)
+            asked = time.time()
             client.send(json.dumps({"type": "response.create", "input": "hi"}))
             answer = client.receive_until('"response.completed"')
         finally:
@@ -302,6 +305,9 @@ def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
     assert [r["protocol"] for r in records] == ["websocket", "websocket"]
     assert all(r["outcome"] == "complete" for r in records)
     prewarm, turn = records
+    # each turn's time is its own client message's, not the socket's handshake
+    started = [datetime.fromisoformat(r["time"]).timestamp() for r in records]
+    assert started[0] < asked - 0.2 and abs(started[1] - asked) < 0.1
     assert prewarm["upstream"]["tokens"] == prewarm["emitted"]["tokens"] == 0
     expected = len(split_tokens(WORDS))
     assert turn["upstream"]["tokens"] == turn["emitted"]["tokens"] == expected
