@@ -44,6 +44,20 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help="only records from WHEN on: 2026-11-30, 2026-11-30T14:00, or an age: 2h")
 
 
+def unknown_protocol(args: argparse.Namespace, records: list[dict[str, Any]]) -> str | None:
+    """A --protocol name that no retimer protocol has and no record carries (a typo that would
+    otherwise be dropped silently when the other names match), with the likely one."""
+    from .protocols import ADAPTERS
+
+    known = {a.name for a in ADAPTERS} | {"non-streaming", "websocket", "generic"}
+    known |= {str(r["protocol"]) for r in records if r.get("protocol")}
+    for name in (p.strip() for p in args.protocol.split(",")):
+        if name and name not in known:
+            hint = did_you_mean(name, known) or f"; protocols: {', '.join(sorted(known))}"
+            return f"--protocol: unknown protocol {name!r}{hint}"
+    return None
+
+
 def no_records(args: argparse.Namespace, records: list[dict[str, Any]]) -> str:
     """Why the filters left nothing, with the protocol that was likely meant (from the log)."""
     filters = describe_filters(args.protocol, args.host, args.since)
@@ -66,6 +80,8 @@ def main(argv: list[str]) -> None:
         log = read_log(args.log)
     except LogError as e:
         _fail(str(e))
+    if err := unknown_protocol(args, log.records):
+        _fail(err)
     chosen = select(log.records, args.protocol, args.host, since)
     filters = describe_filters(args.protocol, args.host, args.since)
     if not chosen:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from .cmdline import OneLineParser, fail
-from .fit_cmd import add_filters, no_records
+from .fit_cmd import add_filters, no_records, unknown_protocol
 from .logread import LogError, parse_since, read_log, select
 from .report import build, render_html
 
@@ -44,6 +44,8 @@ def main(argv: list[str]) -> None:
         log = read_log(args.log)
     except LogError as e:
         _fail(str(e))
+    if err := unknown_protocol(args, log.records):
+        _fail(err)
     chosen = select(log.records, args.protocol, args.host, since)
     if not chosen:
         _fail(no_records(args, log.records))

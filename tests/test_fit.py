@@ -225,6 +225,18 @@ def test_command_prints_a_profile(tmp_path: Path) -> None:
                                   "anthropic-messages, openai-chat)")
 
 
+def test_a_mistyped_protocol_is_an_error_even_when_others_match(tmp_path: Path) -> None:
+    """`--protocol openai-chat,antropic` must not fit openai-chat alone and say nothing."""
+    log = _mixed_log(tmp_path)
+    for command in ("fit", "report"):
+        bad = run_cli(command, str(log), "--protocol", "openai-chat,antropic-messages",
+                      "-o", str(tmp_path / "x.out"))
+        assert bad.returncode == 2, (command, bad.stderr)
+        assert bad.stderr.strip().endswith(
+            "--protocol: unknown protocol 'antropic-messages'; did you mean anthropic-messages?")
+        assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "x.out").exists()
+
+
 def test_command_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = _mixed_log(tmp_path)
     cases = {("--protocol", "anthropic-messages"): 2100, ("--host", "FAST.test"): 2100,

@@ -164,7 +164,7 @@ class WebSocketMessageAdapter(Adapter):
                      upstream_size=upstream_size)
 
     def _estimated(self, record: bytes, payload: bytes, upstream_size: int | None) -> Event:
-        estimate = self._estimator._estimate(payload.decode("utf-8", "replace"))
+        estimate = self._estimator.estimate(payload.decode("utf-8", "replace"))
         if not estimate:
             return Event(raw=record, upstream_size=upstream_size)
         return Event(raw=record, texts=((Channel.TEXT, estimate),), atomic=True,
