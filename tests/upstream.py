@@ -22,12 +22,9 @@ once (`Served.peer_closed`) and the stream stops, as a real server would.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import ipaddress
 import itertools
 import json
 import re
-import shutil
 import socket
 import ssl
 import struct
@@ -35,17 +32,14 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
 
 import h11
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from loop_server import Handler, LoopServer
+from server_certs import make_certs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 DEFAULT_OPENAI_FIXTURE = "openai-chat/gpt4o-text-include-usage.sse"
@@ -147,43 +141,6 @@ def make_ollama_stream(text: str, model: str = "llama3.2", words_per_chunk: int 
     return "".join(_j(line) + "\n" for line in lines).encode()
 
 
-def _make_certs(directory: Path) -> tuple[Path, Path, Path]:
-    """Create a CA and a leaf cert for CERT_NAMES; return (ca.pem, cert.pem, key.pem)."""
-    now = dt.datetime.now(dt.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "retimer fake upstream CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-
-    def build(subject: x509.Name, pub: ec.EllipticCurvePublicKey, exts: list) -> x509.Certificate:
-        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(pub)
-             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(1))
-             .not_valid_after(now + dt.timedelta(30))
-             .add_extension(x509.SubjectKeyIdentifier.from_public_key(pub), critical=False))
-        for e, critical in exts:
-            b = b.add_extension(e, critical=critical)
-        return b.sign(ca_key, hashes.SHA256())
-
-    ca = build(ca_name, ca_key.public_key(), [
-        (x509.BasicConstraints(ca=True, path_length=0), True),
-        (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True)])
-    sans = [x509.IPAddress(ipaddress.ip_address(n)) if n[0].isdigit() else x509.DNSName(n)
-            for n in CERT_NAMES]
-    leaf = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]),
-                 key.public_key(), [
-        (x509.SubjectAlternativeName(sans), False),
-        (x509.BasicConstraints(ca=False, path_length=None), True),
-        (x509.KeyUsage(True, False, False, False, False, False, False, False, False), True),
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
-        (x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), False)])
-    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                           serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return paths
-
-
 @dataclass(frozen=True, slots=True)
 class Write:
     """One body piece handed to the socket (size before gzip/chunk framing) and when."""
@@ -211,7 +168,7 @@ class Served:
     aborted: bool = False  # the server cut the connection on purpose (x-fake-abort-after)
 
 
-class FakeLLM:
+class FakeLLM(LoopServer):
     """Local upstream that streams recorded LLM bodies with a configurable delivery plan.
 
     Plan: `per_event_gap` (seconds between SSE events) wins over `bursts`/`burst_gap` (k equal
@@ -239,11 +196,7 @@ class FakeLLM:
         self._done = threading.Condition(self._lock)
         self._served: list[Served] = []
         self._conn_ids = itertools.count(1)
-        self._thread: threading.Thread | None = None
         self.pages: dict[str, bytes] = {}  # GET path -> HTML page
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._tmp: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     @property
@@ -263,36 +216,19 @@ class FakeLLM:
         ssl_ctx = None
         if self.tls:
             self._tmp = Path(tempfile.mkdtemp(prefix="fakellm-"))
-            self.ca_path, self.cert_path, self.key_path = _make_certs(self._tmp)
+            self.ca_path, self.cert_path, self.key_path = make_certs(self._tmp, CERT_NAMES, "retimer fake upstream CA")
             ssl_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             ssl_ctx.load_cert_chain(self.cert_path, self.key_path)
             ssl_ctx.set_alpn_protocols(["http/1.1"])
-        ready, errors = threading.Event(), []
-        self._thread = threading.Thread(target=self._run, args=(ssl_ctx, ready, errors),
-                                        name="fake-llm", daemon=True)
-        self._thread.start()
-        ready.wait(5)
-        if errors or not ready.is_set():
-            self.stop()
-            raise RuntimeError(f"fake LLM failed to start: {errors}")
+        self._start_thread(ssl_ctx, "fake LLM", timeout=5)
         return self
 
-    def stop(self) -> None:
-        if self._loop and self._stop and self._thread and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread:
-            self._thread.join(5)
-        self._thread = None
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> FakeLLM:
-        return self.start()
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
+    async def _listen(self, ssl_ctx: ssl.SSLContext | None,
+                      tracked: Callable[[Handler], Handler]) -> list[asyncio.Server]:
+        server = await asyncio.start_server(tracked(self._serve_conn), "127.0.0.1", self.port,
+                                            ssl=ssl_ctx)
+        self.port = server.sockets[0].getsockname()[1]
+        return [server]
 
     # -- records -----------------------------------------------------------------------------
     @property
@@ -314,37 +250,6 @@ class FakeLLM:
             self._served.clear()
 
     # -- server (runs on the background loop) ------------------------------------------------
-    def _run(self, ssl_ctx: ssl.SSLContext | None, ready: threading.Event, errors: list) -> None:
-        try:
-            asyncio.run(self._main(ssl_ctx, ready))
-        except BaseException as e:  # noqa: BLE001 - surfaced to start()
-            errors.append(e)
-            ready.set()
-
-    async def _main(self, ssl_ctx: ssl.SSLContext | None, ready: threading.Event) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        tasks: set[asyncio.Task] = set()
-
-        async def on_conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task
-            tasks.add(task)
-            try:
-                await self._serve_conn(r, w)
-            except asyncio.CancelledError:  # shutdown; re-raising makes 3.12.1 log noise
-                pass
-            finally:
-                tasks.discard(task)
-
-        server = await asyncio.start_server(on_conn, "127.0.0.1", self.port, ssl=ssl_ctx)
-        self.port = server.sockets[0].getsockname()[1]
-        ready.set()
-        await self._stop.wait()
-        server.close()
-        for t in list(tasks):
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn, conn_id = h11.Connection(h11.SERVER), next(self._conn_ids)
         try:

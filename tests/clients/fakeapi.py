@@ -61,11 +61,9 @@ import base64
 import datetime as dt
 import hashlib
 import importlib.util
-import ipaddress
 import itertools
 import json
 import re
-import shutil
 import ssl
 import sys
 import tempfile
@@ -75,17 +73,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+if __package__ in (None, ""):  # run as a script: tests/ holds the shared test support
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from loop_server import Handler, LoopServer  # noqa: E402
+from server_certs import make_certs  # noqa: E402
 
 import h11
 import wsproto
 import wsproto.events as wse
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com",
          "localhost", "127.0.0.1", "llm.test")
@@ -510,55 +508,9 @@ def _ollama_model(m: str) -> dict:
 
 
 # --------------------------------------------------------------------------------------------
-# certificates
-# --------------------------------------------------------------------------------------------
-def make_certs(directory: Path, names: tuple[str, ...] = HOSTS) -> tuple[Path, Path, Path]:
-    """A CA and a leaf for `names` in `directory`; returns (ca.pem, cert.pem, key.pem).
-    Reuses the files if they are already there (the separate-process mode with a fixed certdir)."""
-    paths = directory / "ca.pem", directory / "cert.pem", directory / "key.pem"
-    if all(p.exists() for p in paths):
-        return paths
-    directory.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.UTC)
-    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "retimer fakeapi CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-
-    def build(subject: x509.Name, pub: ec.EllipticCurvePublicKey, exts: list) -> x509.Certificate:
-        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(pub)
-             .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(1))
-             .not_valid_after(now + dt.timedelta(30))
-             .add_extension(x509.SubjectKeyIdentifier.from_public_key(pub), critical=False))
-        for e, critical in exts:
-            b = b.add_extension(e, critical=critical)
-        return b.sign(ca_key, hashes.SHA256())
-
-    ca = build(ca_name, ca_key.public_key(), [
-        (x509.BasicConstraints(ca=True, path_length=0), True),
-        (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True)])
-    sans: list[x509.GeneralName] = []
-    for n in names:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(n)))
-        except ValueError:
-            sans.append(x509.DNSName(n))
-    leaf = build(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]), key.public_key(), [
-        (x509.SubjectAlternativeName(sans), False),
-        (x509.BasicConstraints(ca=False, path_length=None), True),
-        (x509.KeyUsage(True, False, False, False, False, False, False, False, False), True),
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False),
-        (x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski), False)])
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return paths
-
-
-# --------------------------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------------------------
-class FakeAPI:
+class FakeAPI(LoopServer):
     """The fake provider APIs on a TLS port and a plain-HTTP port (see the module docstring)."""
 
     def __init__(self, script: Script | None = None, *, bursts: int = 2, burst_gap: float = 0.0,
@@ -570,7 +522,6 @@ class FakeAPI:
         self.names = HOSTS + tuple(extra_names)
         self.log_file = log_file
         self._certdir = certdir
-        self._tmp: Path | None = None
         self.ca_path: Path | None = None
         self.cert_path: Path | None = None
         self.key_path: Path | None = None
@@ -578,9 +529,6 @@ class FakeAPI:
         self._cond = threading.Condition(self._lock)
         self._requests: list[ApiRequest] = []
         self._calls = itertools.count(1)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -595,36 +543,12 @@ class FakeAPI:
         certdir = self._certdir
         if certdir is None:
             self._tmp = certdir = Path(tempfile.mkdtemp(prefix="fakeapi-"))
-        self.ca_path, self.cert_path, self.key_path = make_certs(certdir, self.names)
+        self.ca_path, self.cert_path, self.key_path = make_certs(certdir, self.names, "retimer fakeapi CA")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(self.cert_path, self.key_path)
         ctx.set_alpn_protocols(["http/1.1"])
-        ready, errors = threading.Event(), []
-        self._thread = threading.Thread(target=self._run, args=(ctx, ready, errors),
-                                        name="fakeapi", daemon=True)
-        self._thread.start()
-        ready.wait(10)
-        if errors or not ready.is_set():
-            self.stop()
-            raise RuntimeError(f"fakeapi failed to start: {errors}")
+        self._start_thread(ctx, "fakeapi", timeout=10)
         return self
-
-    def stop(self) -> None:
-        if self._loop and self._stop and self._thread and self._thread.is_alive():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread:
-            self._thread.join(5)
-        self._thread = None
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
-
-    def __enter__(self) -> FakeAPI:
-        return self.start()
-
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
 
     # -- the log -------------------------------------------------------------------------------
     @property
@@ -664,41 +588,17 @@ class FakeAPI:
         return reply
 
     # -- asyncio -------------------------------------------------------------------------------
-    def _run(self, ctx: ssl.SSLContext, ready: threading.Event, errors: list) -> None:
-        try:
-            asyncio.run(self._main(ctx, ready))
-        except BaseException as e:  # noqa: BLE001 - surfaced to start()
-            errors.append(e)
-            ready.set()
+    async def _listen(self, ssl_ctx: ssl.SSLContext | None,
+                      tracked: Callable[[Handler], Handler]) -> list[asyncio.Server]:
+        def serve(tls: bool) -> Handler:
+            return lambda r, w: self._serve_conn(r, w, tls)
 
-    async def _main(self, ctx: ssl.SSLContext, ready: threading.Event) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        tasks: set[asyncio.Task] = set()
-
-        def handler(tls: bool) -> Callable:
-            async def on_conn(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-                task = asyncio.current_task()
-                assert task
-                tasks.add(task)
-                try:
-                    await self._serve_conn(r, w, tls)
-                except asyncio.CancelledError:
-                    pass
-                finally:
-                    tasks.discard(task)
-            return on_conn
-
-        tls_srv = await asyncio.start_server(handler(True), "127.0.0.1", self.port, ssl=ctx)
-        http_srv = await asyncio.start_server(handler(False), "127.0.0.1", self.http_port)
+        tls_srv = await asyncio.start_server(tracked(serve(True)), "127.0.0.1", self.port,
+                                             ssl=ssl_ctx)
+        http_srv = await asyncio.start_server(tracked(serve(False)), "127.0.0.1", self.http_port)
         self.port = tls_srv.sockets[0].getsockname()[1]
         self.http_port = http_srv.sockets[0].getsockname()[1]
-        ready.set()
-        await self._stop.wait()
-        tls_srv.close()
-        http_srv.close()
-        for t in list(tasks):
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        return [tls_srv, http_srv]
 
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           tls: bool) -> None:
