@@ -340,7 +340,12 @@ class StreamPacer:
         self.stats.upstream_tokens(arrival, len(tokens), channel)
         if self.passthrough or not event.splittable:
             self._close_open()
-            due = self.scheduler.token(now, max(1, len(tokens)))
+            due = self.scheduler.token(now)
+            if len(tokens) > 1:
+                # a whole event (a Gemini function call, an estimated event) leaves once all
+                # its tokens are decoded: only the first comes free with the first chunk
+                self.scheduler.end_first_chunk()
+                due = self.scheduler.token(now, len(tokens) - 1)
             self._push(Emission(due, event.raw, len(tokens), channel))
             self._new_chunk()
             return

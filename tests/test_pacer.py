@@ -244,3 +244,29 @@ def test_a_number_beyond_a_double_keeps_its_event_whole_and_valid(kind: str) -> 
     out = b"".join(e.data for e in drain(pacer))
     assert out == raw and b"Infinity" not in out
     assert adapter.anomaly is not None or kind == "websocket"  # (its text is estimated)
+
+
+class WholeLineAdapter(LineAdapter):
+    """Like LineAdapter, but `W:<text>` events carry text that cannot be split (a Gemini
+    function call, an estimated event)."""
+
+    def _event(self, raw: bytes) -> Event:
+        if raw.startswith(b"W:") and raw.endswith(b"\n"):
+            return Event(raw, ((Channel.TOOL_ARGS, raw[2:-1].decode()),), atomic=True)
+        return super()._event(raw)
+
+
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_a_whole_first_event_leaves_when_all_its_tokens_are_decoded(chunk: int) -> None:
+    """A whole event of n tokens that opens the stream is sent at TTFT + (n - 1) gaps: the
+    model decodes it token by token before it can send it, whatever the profile's chunking;
+    a later whole event costs n gaps, as its tokens would one by one."""
+    pacer = StreamPacer(WholeLineAdapter(), FixedTiming(0.5, 0.1, chunk), 0.0)
+    first, later = '{"city":"Paris","units":"metric"}', "W:one two three\n"
+    pacer.feed(f"W:{first}\n".encode() + later.encode(), 0.0)
+    pacer.finish(0.0)
+    n_first, n_later = len(split_tokens(first)), len(split_tokens(later[2:-1]))
+    assert n_first > 3
+    dues = [(e.data, round(e.due, 6)) for e in pacer.pop_all()]
+    assert dues == [(f"W:{first}\n".encode(), round(0.5 + (n_first - 1) * 0.1, 6)),
+                    (later.encode(), round(0.5 + (n_first - 1 + n_later) * 0.1, 6))]
