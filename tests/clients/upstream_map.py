@@ -6,8 +6,8 @@ listens with the environment of the retimer process:
   FAKEAPI_HTTP_PORT=M   plain port: connections to a mapped host on port 80 go to 127.0.0.1:M
   FAKEAPI_HOSTS=a,b     the mapped hosts (default: api.openai.com, api.anthropic.com,
                         generativelanguage.googleapis.com)
-(or, in mitmdump, the options `fakeapi_port`, `fakeapi_http_port`, which win when non-zero;
-retimer's own `--set` refuses options that a script defines, so use the environment there).
+(or the options `fakeapi_port`, `fakeapi_http_port`, which win when non-zero: `--set
+fakeapi_port=N` in mitmdump or retimer, after `--set scripts=...`).
 
 Only the TCP destination changes (in `server_connect`, before mitmproxy opens the connection):
 the flow's URL, the TLS SNI and the certificate check stay the real host's, so retimer's host
