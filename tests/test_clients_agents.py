@@ -498,7 +498,7 @@ def _predicted(run: Run) -> float:
     """Seconds of LLM time the profile gives the run's calls: the union over calls of
     [start, start + TTFT + (tokens - 1) / rate] (calls in parallel overlap), with each call's
     tokens from its record and its start from the fake API's log (the proxy forwards a request at
-    once; a WebSocket turn's record carries the handshake's time); a call that carried no token
+    once); a call that carried no token
     (a WebSocket prewarm) is not held."""
     starts = [r.time for r in run.turns] if len(run.turns) == len(run.records) else [
         dt.datetime.fromisoformat(rec["time"]).timestamp() for rec in run.records]
@@ -543,16 +543,28 @@ CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", 
 def test_agent_through_retimer(name: str, mode: str, fake: FakeAPI, script: TaskScript,
                                proxies: Proxies, tmp_path: Path) -> None:
     agent = AGENTS[name]
-    base = _run(agent, mode, False, fake, script, proxies, tmp_path / "passthrough")
-    problems = _check_run(base, agent)
-    paced = _run(agent, mode, True, fake, script, proxies, tmp_path / "paced")
-    problems += _check_run(paced, agent)
-    grew, predicted, wrong = _growth(base, paced)
-    print(f"\n{name} {mode}: wall {base.wall:.2f}s -> {paced.wall:.2f}s, first LLM request to answer "
-          f"{base.active:.2f}s -> {paced.active:.2f}s: grew {grew:.3f}s, predicted {predicted:.3f}s "
-          f"({len(base.records)}/{len(paced.records)} records for {len(paced.turns)} calls; calls at "
-          f"+{[round(r.time - paced.turns[0].time, 3) for r in paced.turns]}s)")
-    assert not problems and wrong is None, "\n".join([*problems, *([wrong] if wrong else [])])
+    problems: list[str] = []
+    timing: list[str] = []
+    # an agent's own pauses between calls vary by seconds on a loaded machine: a pair of runs
+    # whose growth misses the prediction is run once more, and both must miss to fail
+    for attempt in (1, 2):
+        where = tmp_path / f"attempt{attempt}"
+        base = _run(agent, mode, False, fake, script, proxies, where / "passthrough")
+        problems += _check_run(base, agent)
+        paced = _run(agent, mode, True, fake, script, proxies, where / "paced")
+        problems += _check_run(paced, agent)
+        grew, predicted, wrong = _growth(base, paced)
+        print(f"\n{name} {mode}: wall {base.wall:.2f}s -> {paced.wall:.2f}s, first LLM request to "
+              f"answer {base.active:.2f}s -> {paced.active:.2f}s: grew {grew:.3f}s, predicted "
+              f"{predicted:.3f}s ({len(base.records)}/{len(paced.records)} records for "
+              f"{len(paced.turns)} calls; calls at "
+              f"+{[round(r.time - paced.turns[0].time, 3) for r in paced.turns]}s)")
+        if wrong is None or problems:
+            break
+        timing.append(f"attempt {attempt}: {wrong}")
+    else:
+        problems += timing
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.timeout(600)
