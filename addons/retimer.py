@@ -18,10 +18,10 @@ try:
 except ImportError:
     sys.path.insert(0, os.path.dirname(_here))
 
-from retimer.addon import Retimer  # noqa: E402
-from retimer.cache_addon import ResponseCache  # noqa: E402
-from retimer.study_addon import Study  # noqa: E402
-from retimer.safety import Safety  # noqa: E402
+from retimer.proxy.addon import Retimer  # noqa: E402
+from retimer.proxy.cache_addon import ResponseCache  # noqa: E402
+from retimer.proxy.study_addon import Study  # noqa: E402
+from retimer.proxy.safety import Safety  # noqa: E402
 
 _retimer = Retimer()
 addons = [_retimer, Safety(_retimer), Study(_retimer), ResponseCache(_retimer)]

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from retimer.distributions import GapSampler
-from retimer.profile import Profile
+from retimer.timing.distributions import GapSampler
+from retimer.profile.model import Profile
 
 from harness import pct
 

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from retimer.tokenizer import split_tokens  # noqa: E402
+from retimer.wire.tokenizer import split_tokens  # noqa: E402
 
 monotonic = time.monotonic
 TIMEOUT = httpx.Timeout(120.0)
@@ -64,8 +64,8 @@ def adapter_events(chunks: list[tuple[float, bytes]], shape: dict[str, str]
                    ) -> tuple[list[tuple[float, int]], dict[str, str], int]:
     """(arrival, tokens) per token-bearing event of any format, parsed with retimer's adapter
     for the request `shape`; also the text per channel and the most tokens in one event."""
-    from retimer.protocols import fallback_adapter, find_adapter
-    from retimer.protocols.base import RequestShape
+    from retimer.wire.protocols import fallback_adapter, find_adapter
+    from retimer.wire.protocols.base import RequestShape
 
     request = RequestShape(shape["method"], shape["host"], shape["path"], {}, b"{}")
     cls = find_adapter(request, shape["ctype"])

@@ -58,7 +58,7 @@ def _expected(fixture: str, shape: dict[str, str]) -> dict[str, str]:
 
 
 def _tokens(texts: dict[str, str]) -> int:
-    from retimer.tokenizer import split_tokens
+    from retimer.wire.tokenizer import split_tokens
 
     return sum(len(split_tokens(t)) for t in texts.values())
 
@@ -114,7 +114,7 @@ def websocket_row(proxy: Any, seed: int, streams: int) -> dict[str, Any]:
     from harness import prose
     from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
-    from retimer.tokenizer import split_tokens
+    from retimer.wire.tokenizer import split_tokens
 
     rnd = random.Random(seed)
     words = prose(300, seed).split(" ")

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from proxy import RetimerProxy, free_port  # noqa: E402  (tests/proxy.py)
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream  # noqa: E402
 
-from retimer.tokenizer import count_tokens  # noqa: E402
+from retimer.wire.tokenizer import count_tokens  # noqa: E402
 
 __all__ = ["Client", "FakeLLM", "Mitmdump", "ProcSampler", "RetimerProxy", "bench_id_of",
            "cpu_seconds", "make_anthropic_stream", "make_openai_stream", "memory_kb", "pct",

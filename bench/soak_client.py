@@ -38,8 +38,8 @@ from fixture_streams import (ANTHROPIC_FIXTURES, GEMINI_JSON_FIXTURES,  # noqa: 
                              GEMINI_SSE_FIXTURES, OPENAI_CHAT_FIXTURES, RESPONSES_FIXTURES,
                              STREAMS_DIR, load)
 
-from retimer.protocols import find_adapter  # noqa: E402
-from retimer.protocols.base import Channel, RequestShape  # noqa: E402
+from retimer.wire.protocols import find_adapter  # noqa: E402
+from retimer.wire.protocols.base import Channel, RequestShape  # noqa: E402
 
 CTYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".txt": "text/plain",
           ".json-stream": "application/json", ".json": "application/json",

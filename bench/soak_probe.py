@@ -20,7 +20,7 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from retimer import bridge
+from retimer.proxy import bridge
 
 PROBE_HOST = "retimer-soak.probe"
 

@@ -1,3 +1,3 @@
-from .cli import main
+from retimer.cli.main import main
 
 main()

@@ -6,8 +6,8 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from retimer.protocols.base import Adapter, Channel, Event
-from retimer.sse import SSEEvent, SSEParser
+from retimer.wire.protocols.base import Adapter, Channel, Event
+from retimer.wire.sse import SSEEvent, SSEParser
 
 
 def rechunk(data: bytes, cuts: Iterable[int]) -> list[bytes]:

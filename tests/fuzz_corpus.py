@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fuzz_specs import SPECS, Spec, gemini_web_frame  # noqa: E402
 
-from retimer.eventstream import Header, HeaderType, encode_frame  # noqa: E402
-from retimer.protocols.websocket import encode_message  # noqa: E402
+from retimer.wire.eventstream import Header, HeaderType, encode_frame  # noqa: E402
+from retimer.wire.protocols.websocket import encode_message  # noqa: E402
 
 CORPUS = Path(__file__).parent / "fixtures" / "fuzz"
 TEXT = "Hé 漢字 😀 ok\n"

@@ -2,7 +2,7 @@
 recorded fixtures of its format), how its units are framed (so a mutated payload can be
 re-framed with a valid length or CRC), and one huge token event in its format.
 
-Every adapter of `retimer.protocols.ADAPTERS` gets a spec; one without an entry in
+Every adapter of `retimer.wire.protocols.ADAPTERS` gets a spec; one without an entry in
 `_DEDICATED` is fuzzed with a broad sample of every fixture until it gets its own seeds.
 """
 
@@ -16,11 +16,11 @@ from typing import Any
 
 from fixture_streams import STREAMS_DIR, load
 
-from retimer.eventstream import Header, HeaderType, encode_frame
-from retimer.protocols import ADAPTERS, GenericStreamAdapter
-from retimer.protocols.base import Adapter
-from retimer.protocols.websocket import WebSocketMessageAdapter, encode_message
-from retimer.sse import SSEParser
+from retimer.wire.eventstream import Header, HeaderType, encode_frame
+from retimer.wire.protocols import ADAPTERS, GenericStreamAdapter
+from retimer.wire.protocols.base import Adapter
+from retimer.wire.protocols.websocket import WebSocketMessageAdapter, encode_message
+from retimer.wire.sse import SSEParser
 
 __all__ = ["SPECS", "SPEC_BY_NAME", "Spec", "gemini_web_frame"]
 

@@ -41,13 +41,13 @@ class InProcessProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> InProcessProxy:
-        from retimer import bridge
+        from retimer.proxy import bridge
 
         bridge._draining = False  # a previous in-process run may have drained
         built = threading.Event()
 
         async def main() -> None:
-            from retimer import cli
+            from retimer.cli import main as cli
 
             args = cli._proxy_parser().parse_args(self.argv)
             self.master, self.addon, _ = cli.build_proxy(args, out=io.StringIO(), interactive=False)

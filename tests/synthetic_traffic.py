@@ -3,7 +3,7 @@
 Each stream is what retimer's own pacer would make of a profile's draw (retimer/pacer.py): the
 first event carries a chunk_size() of tokens at the drawn TTFT; every later event draws a
 chunk size and leaves when its last token is due, one gap() per token; the last event is cut
-short by the stream's end. Times are encoded with retimer.metrics.encode_side, as in real
+short by the stream's end. Times are encoded with retimer.timing.metrics.encode_side, as in real
 records.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from retimer.metrics import TRACE_UNIT_MS, encode_side
-from retimer.profile import Profile
-from retimer.prompt import PromptInfo
+from retimer.timing.metrics import TRACE_UNIT_MS, encode_side
+from retimer.profile.model import Profile
+from retimer.wire.prompt import PromptInfo
 
 
 def stream_events(profile: Profile, rng: np.random.Generator, tokens: int,

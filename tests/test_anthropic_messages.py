@@ -14,9 +14,9 @@ from adapter_checks import (channel_texts, check_integrity, event_key, parse, ra
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import ANTHROPIC_FIXTURES, load
 from sdk_views import anthropic_view
-from retimer.protocols import ADAPTERS, find_adapter
-from retimer.protocols.anthropic_messages import AnthropicMessagesAdapter
-from retimer.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE = "text/event-stream"

@@ -18,12 +18,12 @@ from adapter_checks import (channel_texts, check_integrity, event_key, parse, ra
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import ANTHROPIC_FIXTURES, STREAMS_DIR, load
 from sdk_views import anthropic_view
-from retimer.eventstream import (EventStreamFramer, Frame, FramingError, Header, HeaderType,
+from retimer.wire.eventstream import (EventStreamFramer, Frame, FramingError, Header, HeaderType,
                                  encode_frame, encode_headers, parse_headers)
-from retimer.pacer import StreamPacer
-from retimer.protocols.anthropic_messages import AnthropicMessagesAdapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.bedrock import BedrockEventStreamAdapter
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.bedrock import BedrockEventStreamAdapter
 
 A = BedrockEventStreamAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

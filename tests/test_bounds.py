@@ -19,9 +19,9 @@ from proxy import RetimerProxy
 from test_faults import sse_text
 from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
-from retimer.pacer import CAP_PREFIX, StreamPacer
-from retimer.protocols import OllamaAdapter, OpenAIChatAdapter
-from retimer.strategy import Strategy
+from retimer.timing.pacer import CAP_PREFIX, StreamPacer
+from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
+from retimer.timing.strategy import Strategy
 
 BIG = " ".join(f"w{i}" for i in range(2000))
 

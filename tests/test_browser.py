@@ -29,7 +29,7 @@ from bidi import Firefox
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM, make_openai_stream
 
-from retimer.browser import Kind, Launch, find_browser, prepare_launch
+from retimer.cli.browser import Kind, Launch, find_browser, prepare_launch
 
 HERE = Path(__file__).parent
 PAGE = (HERE / "fixtures" / "browser" / "fake-llm-chat.html").read_bytes()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from proxy import free_port, run_cli
 
-from retimer.browser import (
+from retimer.cli.browser import (
     BrowserError,
     Launch,
     chromium_argv,
@@ -30,7 +30,7 @@ from retimer.browser import (
     run_browser,
     user_js,
 )
-from retimer.certs import spki_hash
+from retimer.proxy.certs import spki_hash
 
 
 def fake_fs(*present: str) -> tuple[Callable[[str], str | None], Callable[[str], bool]]:
@@ -88,7 +88,7 @@ def test_no_browser_found_says_what_to_install(kind, platform, install):
 
 
 def test_cli_no_browser_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys):
-    import retimer.browser_cmd as cmd
+    import retimer.cli.browser_cmd as cmd
 
     which, is_file = fake_fs()
     monkeypatch.setattr(cmd, "find_browser", lambda kind, override: find_browser(
@@ -224,7 +224,7 @@ def test_browser_exit_status_and_last_log_lines(tmp_path: Path):
 
 
 def test_browser_command_line_parsing():
-    from retimer.browser_cmd import parser
+    from retimer.cli.browser_cmd import parser
 
     args = parser().parse_intermixed_args(
         ["firefox", "--headless", "https://claude.ai", "--ttft", "1s", "--browser-path", "/x/ff"])

@@ -25,7 +25,7 @@ import pytest
 from proxy import RetimerProxy
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from retimer.cache import (
+from retimer.cache.entry import (
     CacheEntry,
     CorruptEntry,
     cache_key,
@@ -35,8 +35,8 @@ from retimer.cache import (
     new_entry,
     storable_headers,
 )
-from retimer.cache_store import CacheStore
-from retimer.protocols import OpenAIChatAdapter
+from retimer.cache.store import CacheStore
+from retimer.wire.protocols import OpenAIChatAdapter
 
 JSON = {"content-type": "application/json"}
 URL = ("POST", "https", "api.openai.com", 443, "/v1/chat/completions")
@@ -240,7 +240,7 @@ def test_replay_server_answers_only_expected_tokens():
     """The loopback replay server serves a hit once, to its token; anything else gets 404."""
     from mitmproxy.test import tflow
 
-    from retimer.cache_addon import REPLAY_HEADER, ReplayServer, _Hit
+    from retimer.proxy.cache_addon import REPLAY_HEADER, ReplayServer, _Hit
 
     async def main() -> list[bytes]:
         server = ReplayServer()

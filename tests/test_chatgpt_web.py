@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import STREAMS_DIR, load
-from retimer.pacer import StreamPacer
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.chatgpt_web import ChatGPTWebAdapter
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.chatgpt_web import ChatGPTWebAdapter
 
 A = ChatGPTWebAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces, rechunk,
                             resplit, sse_events)
 from fixture_streams import STREAMS_DIR, load
-from retimer.protocols.anthropic_messages import AnthropicMessagesAdapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.claude_web import ClaudeWebAdapter
+from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.claude_web import ClaudeWebAdapter
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE = "text/event-stream; charset=utf-8"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from proxy import RetimerProxy, run_cli
 
-from retimer.profile import builtin_profiles, load_profile
+from retimer.profile.model import builtin_profiles, load_profile
 
 
 @pytest.mark.parametrize(
@@ -173,7 +173,7 @@ def test_mistakes_get_a_suggestion(args: list[str], expected: str,
 
 def _main_error(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[object, str]:
     """`retimer ARGS` in this process (each of these fails before anything starts)."""
-    from retimer.cli import main
+    from retimer.cli.main import main
 
     with pytest.raises(SystemExit) as exited:
         main(list(args))
@@ -188,7 +188,7 @@ def test_suggestion_from_the_installed_command() -> None:
 
 
 def test_profiles_help_is_help_not_a_profile(capsys: pytest.CaptureFixture[str]) -> None:
-    from retimer.cli import main
+    from retimer.cli.main import main
 
     with pytest.raises(SystemExit) as exited:
         main(["profiles", "--help"])
@@ -245,7 +245,7 @@ def test_negative_values_get_the_usual_message(args: list[str],
 def test_negative_value_rule_keeps_flags_and_the_command() -> None:
     """Only a value that looks like a negative number joins its option; a flag after an
     option, and anything after `--`, stay as they are."""
-    from retimer.cmdline import OneLineParser
+    from retimer.cli.cmdline import OneLineParser
 
     p = OneLineParser(prog="t")
     p.add_argument("--ttft", default="")

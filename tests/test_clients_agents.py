@@ -49,7 +49,7 @@ import pytest
 from clients.fakeapi import ApiRequest, FakeAPI, Reply, token_deltas
 from proxy import RetimerProxy
 
-from retimer.tokenizer import count_tokens
+from retimer.wire.tokenizer import count_tokens
 
 TESTS = Path(__file__).parent
 ROOT = TESTS.parent

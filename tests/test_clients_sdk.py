@@ -34,7 +34,7 @@ import pytest
 from clients.fakeapi import AgentScript, ApiRequest, FakeAPI, Reply, token_deltas
 from proxy import RetimerProxy
 
-from retimer.tokenizer import count_tokens
+from retimer.wire.tokenizer import count_tokens
 
 TESTS = Path(__file__).parent
 SDK = TESTS / "clients" / "sdk"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events, two_pieces)
 from payload_streams import PAYLOAD_FIXTURES, as_sse, provider
-from retimer.protocols import ADAPTERS, find_adapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.cohere_chat import CohereChatAdapter
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.cohere_chat import CohereChatAdapter
 
 A = CohereChatAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retimer.distributions import (
+from retimer.timing.distributions import (
     Z90,
     Z99,
     ChunkSampler,

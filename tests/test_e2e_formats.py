@@ -11,8 +11,8 @@ from fixture_streams import load
 from proxy import RetimerProxy
 from upstream import FakeLLM
 
-from retimer.protocols import find_adapter
-from retimer.protocols.base import RequestShape
+from retimer.wire.protocols import find_adapter
+from retimer.wire.protocols.base import RequestShape
 
 PROFILE = ("--profile", "gpt-5", "--tps", "2000", "--ttft", "250ms")
 

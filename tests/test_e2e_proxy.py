@@ -137,8 +137,8 @@ def test_passthrough_profile_is_byte_identical(tmp_path: Path, fake: FakeLLM):
 )
 def test_gzip_fixture_streams_keep_every_channel(tmp_path: Path, fake: FakeLLM, fixture: str):
     """Compressed upstream bodies are decoded, re-timed, and sent without Content-Encoding."""
-    from retimer.protocols import find_adapter
-    from retimer.protocols.base import RequestShape
+    from retimer.wire.protocols import find_adapter
+    from retimer.wire.protocols.base import RequestShape
 
     body = load_fixture(fixture)
     path = "/v1/messages" if fixture.startswith("anthropic") else "/v1/chat/completions"

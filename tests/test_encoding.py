@@ -20,7 +20,7 @@ from proxy import RetimerProxy
 from test_faults import read_until_error, sse_text
 from upstream import BodyEncoder, FakeLLM, make_openai_stream
 
-from retimer.encoding import decoder_for
+from retimer.wire.encoding import decoder_for
 
 GOOD = ["gzip", "gzip-members", "deflate", "deflate-raw", "br", "zstd-frames"]
 

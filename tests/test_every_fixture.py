@@ -24,15 +24,15 @@ from adapter_checks import (SplitRecord, channel_texts, check_integrity, event_k
                             rechunk)
 from fixture_streams import STREAMS_DIR, load
 from payload_streams import PAYLOAD_FIXTURES, as_sse, payloads
-from retimer.hosts import is_llm_host
-from retimer.pacer import StreamPacer
-from retimer.profile import load_profile
-from retimer.protocols import fallback_adapter, find_adapter
-from retimer.protocols.base import Adapter, Channel, Event, RequestShape
-from retimer.protocols.generic import GenericStreamAdapter
-from retimer.scheduler import NoTiming
-from retimer.timing import StreamTiming
-from retimer.tokenizer import split_tokens
+from retimer.wire.hosts import is_llm_host
+from retimer.timing.pacer import StreamPacer
+from retimer.profile.model import load_profile
+from retimer.wire.protocols import fallback_adapter, find_adapter
+from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.timing.scheduler import NoTiming
+from retimer.timing.model import StreamTiming
+from retimer.wire.tokenizer import split_tokens
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
 EVENTSTREAM = "application/vnd.amazon.eventstream"

@@ -31,7 +31,7 @@ from inproc_proxy import InProcessProxy
 from proxy import RetimerProxy
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream, split_events
 
-from retimer import bridge
+from retimer.proxy import bridge
 
 WORDS = " ".join(f"w{i}" for i in range(600))
 SLOW = ("--profile", "gpt-5", "--ttft", "50ms", "--tps", "40", "--jitter", "0")

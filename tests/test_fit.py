@@ -19,13 +19,13 @@ import synthetic_traffic
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
-from retimer import fit_cmd
-from retimer.fit import Fit, fit_streams, streams_from, to_yaml
-from retimer.profile import Profile, load_profile
-from retimer.protocols.anthropic_messages import AnthropicMessagesAdapter
-from retimer.protocols.openai_chat import OpenAIChatAdapter
-from retimer.timing import StallSpec
-from retimer.tokenizer import split_tokens
+from retimer.cli import fit_cmd
+from retimer.profile.fit import Fit, fit_streams, streams_from, to_yaml
+from retimer.profile.model import Profile, load_profile
+from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
+from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
+from retimer.timing.model import StallSpec
+from retimer.wire.tokenizer import split_tokens
 
 
 def _fit(records: list[dict]) -> Fit:

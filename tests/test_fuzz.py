@@ -28,10 +28,10 @@ from fuzz_support import (MB, SPEC_BY_NAME, SPECIALS, SPECS, Spec, check_stream,
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retimer.ndjson import NDJSONParser
-from retimer.protocols import ADAPTERS, GenericStreamAdapter
-from retimer.protocols.websocket import encode_message
-from retimer.sse import SSEParser, format_event
+from retimer.wire.ndjson import NDJSONParser
+from retimer.wire.protocols import ADAPTERS, GenericStreamAdapter
+from retimer.wire.protocols.websocket import encode_message
+from retimer.wire.sse import SSEParser, format_event
 
 FUZZ_EXAMPLES = int(os.environ.get("RETIMER_FUZZ_EXAMPLES", "0") or 0)
 CI_EXAMPLES = 40

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import GEMINI_JSON_FIXTURES, GEMINI_SSE_FIXTURES, load
-from retimer.protocols.base import Adapter, Channel, Event, RequestShape
-from retimer.protocols.gemini_json import GeminiJSONArrayAdapter
-from retimer.protocols.gemini_sse import GeminiSSEAdapter
+from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.wire.protocols.gemini_json import GeminiJSONArrayAdapter
+from retimer.wire.protocols.gemini_sse import GeminiSSEAdapter
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE, JSON = "text/event-stream", "application/json; charset=UTF-8"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events)
 from payload_streams import as_sse
-from retimer.protocols import ADAPTERS, find_adapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.gemini_interactions import GeminiInteractionsAdapter
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.gemini_interactions import GeminiInteractionsAdapter
 
 A = GeminiInteractionsAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from adapter_checks import event_key, parse, rechunk
 from fixture_streams import STREAMS_DIR, load
-from retimer.protocols.base import Channel, RequestShape
-from retimer.protocols.generic import GenericStreamAdapter, estimate_text
-from retimer.tokenizer import split_tokens
+from retimer.wire.protocols.base import Channel, RequestShape
+from retimer.wire.protocols.generic import GenericStreamAdapter, estimate_text
+from retimer.wire.tokenizer import split_tokens
 
 
 def _glob(pattern: str) -> list[str]:

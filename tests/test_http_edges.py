@@ -23,7 +23,7 @@ from proxy import RetimerProxy
 from test_faults import sse_text
 from upstream import make_openai_stream
 
-from retimer import bridge
+from retimer.proxy import bridge
 
 WORDS = " ".join(f"w{i}" for i in range(120))
 BODY = make_openai_stream(WORDS, words_per_chunk=3)

@@ -5,8 +5,8 @@ with the whole text, a `generated_text`, a stream-end `response.text`) counted a
 which paces the stream several times too slowly. For every paced fixture the text the adapter
 counts, per channel, must equal a reference built independently of the adapters: the answer
 as a client assembles it, by a small assembler per wire format written from the API docs
-(own SSE / event-stream / patch parsing; nothing from retimer.protocols, retimer.sse or
-retimer.eventstream), cross-checked with the vendor SDKs where they parse the stream
+(own SSE / event-stream / patch parsing; nothing from retimer.wire.protocols, retimer.wire.sse or
+retimer.wire.eventstream), cross-checked with the vendor SDKs where they parse the stream
 (anthropic's `accumulate_event`, openai's chat stream state). Where a format ends with a
 snapshot of the whole answer (Responses `response.completed`, the web apps' cumulative frames,
 ChatGPT's and DeepSeek's patched documents), the snapshot IS the reference: deltas and
@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 from adapter_checks import channel_texts
-from retimer.protocols.base import Channel
+from retimer.wire.protocols.base import Channel
 from test_every_fixture import PACED, TABLE, factory, read, wire
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
@@ -560,8 +560,8 @@ def _sse(*objs: Any, named: str | None = "type") -> bytes:
 
 
 def _count(method: str, host: str, path: str, ctype: str, data: bytes) -> Texts:
-    from retimer.protocols import fallback_adapter, find_adapter
-    from retimer.protocols.base import RequestShape
+    from retimer.wire.protocols import fallback_adapter, find_adapter
+    from retimer.wire.protocols.base import RequestShape
 
     shape = RequestShape(method, host, path, {}, b'{"stream": true}')
     found = find_adapter(shape, ctype)
@@ -753,8 +753,8 @@ SYNTHETIC.update({
 
 def _held_text(body: dict[str, Any]) -> Texts:
     """What the non-streaming hold counts for a whole JSON body (addon.response)."""
-    from retimer.hold import timing_line
-    from retimer.protocols.generic import GenericStreamAdapter
+    from retimer.timing.hold import timing_line
+    from retimer.wire.protocols.generic import GenericStreamAdapter
 
     line = timing_line(json.dumps(body).encode())
     assert line is not None

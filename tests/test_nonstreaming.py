@@ -11,8 +11,8 @@ from fixture_streams import load
 from proxy import RetimerProxy
 from upstream import FakeLLM
 
-from retimer.hold import is_llm_call, timing_line
-from retimer.protocols.base import RequestShape
+from retimer.timing.hold import is_llm_call, timing_line
+from retimer.wire.protocols.base import RequestShape
 
 FIXTURE = "nonstream/openai-chat-completion.json"
 

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, two_pieces)
 from fixture_streams import load
-from retimer.ndjson import NDJSONParser, is_ndjson
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.ollama import OllamaAdapter
+from retimer.wire.ndjson import NDJSONParser, is_ndjson
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.ollama import OllamaAdapter
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 NDJSON = "application/x-ndjson"

@@ -14,9 +14,9 @@ from adapter_checks import (channel_texts, check_integrity, event_key, parse, ra
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import OPENAI_CHAT_FIXTURES, load
 from sdk_views import openai_view
-from retimer.protocols import ADAPTERS, find_adapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.openai_chat import OpenAIChatAdapter
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE = "text/event-stream"

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events, two_pieces)
 from payload_streams import as_sse, payloads
-from retimer.protocols import ADAPTERS, ZaiWebAdapter, find_adapter
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.openai_chat import OpenAIChatAdapter
-from retimer.protocols.openai_completions import OpenAICompletionsAdapter
+from retimer.wire.protocols import ADAPTERS, ZaiWebAdapter, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
+from retimer.wire.protocols.openai_completions import OpenAICompletionsAdapter
 
 A = OpenAICompletionsAdapter
 TEXT = Channel.TEXT

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events, two_pieces)
 from fixture_streams import RESPONSES_FIXTURES, load
-from retimer.pacer import StreamPacer
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.openai_responses import OpenAIResponsesAdapter
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.openai_responses import OpenAIResponsesAdapter
 
 A = OpenAIResponsesAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retimer.pacer import StreamPacer
-from retimer.protocols.base import Adapter, Channel, Event, RequestShape
-from retimer.tokenizer import split_tokens
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.wire.tokenizer import split_tokens
 
 
 class LineAdapter(Adapter):
@@ -200,7 +200,7 @@ def test_adapter_failure_falls_back_to_passthrough_without_losing_bytes() -> Non
 def test_gzip_body_is_decoded_before_parsing() -> None:
     import zlib
 
-    from retimer.encoding import decoder_for
+    from retimer.wire.encoding import decoder_for
 
     comp = zlib.compressobj(wbits=31)
     body = comp.compress(BODY) + comp.flush()
@@ -222,8 +222,8 @@ def test_a_number_beyond_a_double_keeps_its_event_whole_and_valid(kind: str) -> 
     split piece: such an event passes whole, its literal intact, with one noted anomaly."""
     import json
 
-    from retimer.protocols import OllamaAdapter, OpenAIChatAdapter
-    from retimer.protocols.websocket import WebSocketMessageAdapter, encode_message
+    from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
+    from retimer.wire.protocols.websocket import WebSocketMessageAdapter, encode_message
 
     content = "some words that would be split here"
     if kind == "openai-chat":

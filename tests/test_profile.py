@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.profile import (
+from retimer.profile.model import (
     Profile,
     ProfileError,
     builtin_dir,

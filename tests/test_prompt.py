@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from retimer.prompt import (
+from retimer.wire.prompt import (
     MEDIA_TOKENS,
     MESSAGE_OVERHEAD,
     PromptCache,
     PromptInfo,
     estimate_prompt,
 )
-from retimer.tokenizer import count_tokens
+from retimer.wire.tokenizer import count_tokens
 
 SYSTEM = "You are a careful assistant. Answer briefly and cite sources."
 QUESTION = "What is the capital of France, and why did it become the capital?"

@@ -23,7 +23,7 @@ from PIL import Image
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM
 
-from retimer.report import build, render_html
+from retimer.report.page import build, render_html
 
 CHROMIUM = "/usr/bin/chromium"
 FIXTURES = {
@@ -53,7 +53,7 @@ def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
 
 def _study_log(records: list[dict], path: Path) -> list[dict]:
     """The records with a study's fields, a hostile URL and profile name, one passthrough,
-    and rating lines as retimer.ratings writes them (stream 1 rated twice: the later counts)."""
+    and rating lines as retimer.study.ratings writes them (stream 1 rated twice: the later counts)."""
     out, ratings = [], []
     for i, r in enumerate(records):
         r = json.loads(json.dumps(r))
@@ -188,7 +188,7 @@ def test_png_without_matplotlib_is_one_line(report: tuple, tmp_path: Path) -> No
     log = html.parent / "study.jsonl"
     out, pngs = tmp_path / "r.html", tmp_path / "png"
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from retimer.cli import main\n"
+            "from retimer.cli.main import main\n"
             f"main(['report', {str(log)!r}, '-o', {str(out)!r}, '--png', {str(pngs)!r}])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

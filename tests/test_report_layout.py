@@ -2,7 +2,7 @@
 
 The records come from the real proxy: three profiles re-timing recorded fixtures through a
 FakeLLM upstream, one stream cut by the upstream. The summary's numbers are computed here
-from those records, independently of retimer.report_summary.
+from those records, independently of retimer.report.summary.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import pytest
 from proxy import RetimerProxy
 from upstream import FakeLLM
 
-from retimer.report import build, render_html, stream_chart
-from retimer.svgplot import ROLE_COLORS
+from retimer.report.page import build, render_html, stream_chart
+from retimer.report.svgplot import ROLE_COLORS
 
 CHROMIUM = "/usr/bin/chromium"
 SVG = "{http://www.w3.org/2000/svg}"
@@ -174,7 +174,7 @@ def test_png_figures_carry_a_colour_key(records: list[dict[str, Any]]) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    from retimer.report_png import distribution_figure, streams_figure
+    from retimer.report.png import distribution_figure, streams_figure
 
     report = build(records, "png")
     fig = streams_figure(report.streams)

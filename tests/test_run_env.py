@@ -27,7 +27,7 @@ import pytest
 from proxy import RetimerProxy, free_port, run_cli
 from upstream import FakeLLM, load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
 
-from retimer.launch_env import LOOPBACK
+from retimer.cli.launch_env import LOOPBACK
 
 TESTS = Path(__file__).parent
 CLIENTS = TESTS / "run_clients"
@@ -404,8 +404,8 @@ def test_proxy_creates_its_confdir_private(tmp_path: Path) -> None:
 
 
 def test_launch_env_units() -> None:
-    from retimer.launch import split_command
-    from retimer.launch_env import child_env, launch_env, proxy_url, shell_lines
+    from retimer.cli.launch import split_command
+    from retimer.cli.launch_env import child_env, launch_env, proxy_url, shell_lines
 
     assert proxy_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert proxy_url("::", 9) == "http://[::1]:9"

@@ -55,7 +55,7 @@ def test_intercepted_https_is_served_with_retimers_ca(tmp_path: Path) -> None:
 
 
 def _text(body: bytes) -> str:
-    from retimer.protocols.openai_chat import OpenAIChatAdapter
+    from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 
     adapter = OpenAIChatAdapter()
     return "".join(e.text for e in [*adapter.feed(body), *adapter.end()])

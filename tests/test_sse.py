@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from adapter_checks import rechunk
 from fixture_streams import ALL_SSE_FIXTURES, load
-from retimer.sse import CR, CRLF, LF, SSEEvent, SSEParser, format_event, is_event_stream
+from retimer.wire.sse import CR, CRLF, LF, SSEEvent, SSEParser, format_event, is_event_stream
 
 
 def parse_chunks(chunks: list[bytes]) -> list[SSEEvent]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from test_pacer import FixedTiming, LineAdapter, text_of
 
-from retimer.pacer import StreamPacer
-from retimer.strategy import SmoothPlan, Strategy, parse_strategy
+from retimer.timing.pacer import StreamPacer
+from retimer.timing.strategy import SmoothPlan, Strategy, parse_strategy
 
 TARGET_TPS = 50.0
 GAP = 1 / TARGET_TPS

@@ -18,12 +18,12 @@ import yaml
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from retimer.conversation import conversation_key, is_unit_request, response_links
-from retimer.export import COLUMNS
-from retimer.protocols.base import RequestShape
-from retimer.ratings import RatingError, parse_rating
-from retimer.study import StudyDesign, StudyError, parse_study, williams_square
-from retimer.study_addon import load_study
+from retimer.study.conversation import conversation_key, is_unit_request, response_links
+from retimer.cli.export import COLUMNS
+from retimer.wire.protocols.base import RequestShape
+from retimer.study.ratings import RatingError, parse_rating
+from retimer.study.design import StudyDesign, StudyError, parse_study, williams_square
+from retimer.proxy.study_addon import load_study
 
 TEXT = "Studies keep the words and change only the time between them, blinded. " * 2
 
@@ -469,7 +469,7 @@ def test_export_csv_from_a_real_log(rated: dict[str, Any], tmp_path: Path) -> No
 def test_blind_live_view_shows_no_profile_or_timing() -> None:
     from rich.console import Console
 
-    from retimer.liveview import LiveView
+    from retimer.cli.liveview import LiveView
 
     record = {"id": "x", "outcome": "complete", "protocol": "openai-chat",
               "profile": "openai-gpt-5", "url": "https://api.openai.com/v1/chat/completions",

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events)
 from fixture_streams import load
-from retimer.pacer import StreamPacer
-from retimer.protocols.base import Channel, RequestShape
-from retimer.protocols.tgi import TGIGenerateStreamAdapter as TGI
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Channel, RequestShape
+from retimer.wire.protocols.tgi import TGIGenerateStreamAdapter as TGI
 
 TEXT = Channel.TEXT
 SSE = "text/event-stream"

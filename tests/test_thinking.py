@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.addon import build_profile
-from retimer.cli import _proxy_parser
-from retimer.profile import (
+from retimer.proxy.addon import build_profile
+from retimer.cli.main import _proxy_parser
+from retimer.profile.model import (
     EXPLICIT_SPEED_BASE,
     Profile,
     ProfileError,
@@ -26,9 +26,9 @@ from retimer.profile import (
     builtin_profiles,
     load_profile,
 )
-from retimer.profiles_cmd import first_token_text, thinking_text, timing_lines
-from retimer.prompt import PromptInfo, estimate_prompt
-from retimer.study import parse_study, resolve_conditions
+from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
+from retimer.wire.prompt import PromptInfo, estimate_prompt
+from retimer.study.design import parse_study, resolve_conditions
 
 # what a person types to try a model: one short chat turn (a handful of tokens)
 SHORT = estimate_prompt(json.dumps({"model": "m", "stream": True, "messages": [

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from retimer.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
-from retimer.profile import Profile, ProfileError, builtin_profiles, load_profile
-from retimer.profiles_cmd import timing_lines
-from retimer.prompt import PromptCache, PromptInfo, estimate_prompt
-from retimer.timing import (
+from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
+from retimer.profile.model import Profile, ProfileError, builtin_profiles, load_profile
+from retimer.cli.profiles_cmd import timing_lines
+from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
+from retimer.timing.model import (
     EARLY_TOKENS,
     ContextSpec,
     PrefillSpec,

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from retimer.tokenizer import LONG_WORD_PIECE, MAX_WORD_PIECE, count_tokens, split_tokens
+from retimer.wire.tokenizer import LONG_WORD_PIECE, MAX_WORD_PIECE, count_tokens, split_tokens
 
 STREAMS = Path(__file__).parent / "fixtures" / "streams"
 

@@ -8,15 +8,15 @@ import json
 import numpy as np
 from rich.console import Console
 
-from retimer.liveview import SPARK_WIDTH, LiveView, sparkline
-from retimer.metrics import (
+from retimer.cli.liveview import SPARK_WIDTH, LiveView, sparkline
+from retimer.timing.metrics import (
     TRACE_EXACT_EVENTS,
     TRACE_MAX_EVENTS,
     TRACE_UNIT_MS,
     StreamStats,
     decode_side,
 )
-from retimer.protocols.base import Channel
+from retimer.wire.protocols.base import Channel
 
 
 def _stats(events: int, seed: int = 0) -> tuple[StreamStats, np.ndarray, np.ndarray]:
@@ -132,8 +132,8 @@ def test_live_table_has_a_sparkline_except_when_blind() -> None:
 
 def test_endless_stream_state_stays_bounded() -> None:
     """A stream that never ends keeps a bounded number of events per side (merged pairwise)."""
-    from retimer.metrics import SIDE_MAX_EVENTS, TRACE_EXACT_EVENTS, StreamStats
-    from retimer.protocols.base import Channel
+    from retimer.timing.metrics import SIDE_MAX_EVENTS, TRACE_EXACT_EVENTS, StreamStats
+    from retimer.wire.protocols.base import Channel
 
     stats = StreamStats(start=0.0, target_ttft=0.1)
     total = 3 * SIDE_MAX_EVENTS

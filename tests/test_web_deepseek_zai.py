@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
                             rechunk, resplit, sse_events)
 from fixture_streams import load
-from retimer.pacer import StreamPacer
-from retimer.protocols.base import Adapter, Channel, RequestShape
-from retimer.protocols.deepseek_web import DeepSeekWebAdapter as DS
-from retimer.protocols.openai_chat import OpenAIChatAdapter
-from retimer.protocols.zai_web import ZaiWebAdapter as ZAI
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Adapter, Channel, RequestShape
+from retimer.wire.protocols.deepseek_web import DeepSeekWebAdapter as DS
+from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
+from retimer.wire.protocols.zai_web import ZaiWebAdapter as ZAI
 
 TEXT, REASONING = Channel.TEXT, Channel.REASONING
 SSE = "text/event-stream"

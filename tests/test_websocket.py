@@ -19,11 +19,11 @@ from upstream import FIXTURES
 from proxy import RetimerProxy
 from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
-from retimer.protocols.base import Channel, Event, RequestShape
-from retimer.protocols.openai_responses import OpenAIResponsesAdapter
-from retimer.sse import SSEParser
-from retimer.tokenizer import split_tokens
-from retimer.protocols.websocket import (WebSocketMessageAdapter, decode_messages, encode_message,
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.openai_responses import OpenAIResponsesAdapter
+from retimer.wire.sse import SSEParser
+from retimer.wire.tokenizer import split_tokens
+from retimer.wire.protocols.websocket import (WebSocketMessageAdapter, decode_messages, encode_message,
                                          is_llm_websocket_path)
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
@@ -438,7 +438,7 @@ def _frame(opcode: int, payload: bytes, mask: bool = False) -> bytes:
        st.lists(st.integers(1, 200000), max_size=8))
 def test_close_frame_scanner_finds_the_close_at_any_cut(frames: list[tuple[int, int, bool]],
                                                         cuts: list[int]) -> None:
-    from retimer.bridge import CloseFrameScanner
+    from retimer.proxy.bridge import CloseFrameScanner
 
     before = b"".join(_frame(op, b"x" * n, mask) for op, n, mask in frames)
     data = before + _frame(0x8, b"\x03\xe8done") + _frame(0x1, b"after")

@@ -1,0 +1,1 @@
+"""The response cache: request keys and entries (pure) and their store on disk."""

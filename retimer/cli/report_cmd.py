@@ -1,0 +1,74 @@
+"""`retimer report LOG.jsonl [-o FILE] [--png DIR]`: the record log as pictures.
+
+Without -o the page is report.html in the current directory; either way the path written is
+printed, so a default never leaves the user guessing where it went."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from retimer.cli.cmdline import OneLineParser, fail
+from retimer.cli.fit_cmd import add_filters, no_records, unknown_protocol
+from retimer.records.reader import LogError, parse_since, read_log, select
+from retimer.report.page import build, render_html
+
+
+def _fail(message: str) -> NoReturn:
+    fail(message, prog="retimer report")
+
+
+_Parser = OneLineParser
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="retimer report",
+                description="One self-contained HTML page (no network needed) with plots of "
+                "the streams recorded with --log. Prints the path it wrote.")
+    p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
+    p.add_argument("--output", "-o", metavar="FILE", default="report.html",
+                   help="the HTML file to write (default: report.html in the current directory)")
+    p.add_argument("--png", metavar="DIR", default="",
+                   help="also write the charts as PNG files into DIR (needs matplotlib)")
+    p.add_argument("--title", default="", help="the page's title (default: the log's name)")
+    add_filters(p)
+    return p
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    try:
+        since = parse_since(args.since) if args.since else None
+        log = read_log(args.log)
+    except LogError as e:
+        _fail(str(e))
+    if err := unknown_protocol(args, log.records):
+        _fail(err)
+    chosen = select(log.records, args.protocol, args.host, since)
+    if not chosen:
+        _fail(no_records(args, log.records))
+    if args.png:  # before writing anything: a missing matplotlib is one line, nothing half-done
+        from retimer.report.png import PngUnavailable, available
+
+        try:
+            available()
+        except PngUnavailable as e:
+            _fail(str(e))
+    report = build(chosen, args.title or Path(args.log).name, log.bad_lines)
+    out = Path(args.output).expanduser()
+    try:
+        out.write_text(render_html(report), encoding="utf-8")
+    except OSError as e:
+        _fail(f"--output: cannot write {args.output}: {e.strerror}")
+    print(f"retimer report: {len(chosen)} streams -> {out.resolve()}", file=sys.stderr)
+    if args.png:
+        from retimer.report.png import write_pngs
+
+        try:
+            pngs = write_pngs(report, Path(args.png).expanduser())
+        except OSError as e:
+            _fail(f"--png: cannot write into {args.png}: {e.strerror}")
+        where = Path(args.png).expanduser().resolve()
+        print(f"retimer report: {len(pngs)} PNG files in {where}", file=sys.stderr)

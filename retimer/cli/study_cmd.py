@@ -1,0 +1,106 @@
+"""`retimer study STUDY.yaml --participant ID [proxy options]`: the proxy running a study.
+
+The conditions set the timing, so --profile, --ttft, --tps, --jitter, --speed and --thinking
+are refused.
+Without --seed the timing model's seed comes from the study seed and the participant (a re-run
+draws the same timings); without --log records go to ./retimer-study-<participant>.jsonl.
+The banner and live view show neither the study's name nor its conditions (blinding).
+`--plan N` prints which condition each participant's first N units get, and exits: for the
+experimenter, never on the participant's screen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+from typing import NoReturn
+
+from retimer.cli.main import _proxy_parser, _run_proxy, fail
+from retimer.study.design import StudyDesign, StudyError, williams_square
+
+TIMING_OPTIONS = ("profile", "ttft", "tps", "jitter", "speed", "thinking")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _proxy_parser()
+    p.prog = "retimer study"
+    p.description = (
+        "Run the proxy for one participant of a blinded study: each unit (participant, "
+        "conversation or request) gets its condition's timing; records carry study, "
+        "participant, condition and unit. See the Studies section of the README."
+    )
+    p.add_argument("study", metavar="STUDY.yaml", help="the study file")
+    p.add_argument("--participant", default="", metavar="ID",
+                   help="this participant's id (letters, digits, . _ -)")
+    p.add_argument("--plan", type=int, default=0, metavar="N",
+                   help="print the conditions of the first N units per participant and exit "
+                   "(for the experimenter)")
+    p.set_defaults(**dict.fromkeys(TIMING_OPTIONS))
+    p.error = _error  # type: ignore[method-assign]
+    return p
+
+
+def _error(message: str) -> NoReturn:
+    fail(f"{message} (see retimer study --help)")
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_intermixed_args(argv)
+    for option in TIMING_OPTIONS:
+        if getattr(args, option) is not None:
+            fail(f"--{option}: in a study the conditions set the timing; "
+                 f"put it in a condition of {args.study}")
+    args.profile, args.ttft, args.tps, args.jitter, args.speed = "cerebras", "", "", "", ""
+    args.thinking = ""
+    from retimer.proxy.study_addon import load_study
+
+    try:
+        design, _ = load_study(args.study)
+        if args.plan:
+            if args.plan < 0:
+                raise StudyError(f"--plan: expected a number of units >= 1, got {args.plan}")
+            if args.participant:
+                design.check_participant(args.participant)
+            print_plan(design, args.participant, args.plan)
+            return
+        if not args.participant:
+            raise StudyError("--participant: required (the id of the person using this proxy)")
+        design.check_participant(args.participant)
+    except StudyError as e:
+        fail(str(e))
+    if args.seed is None:
+        args.seed = design.timing_seed(args.participant)
+    if not args.log:
+        args.log = f"retimer-study-{args.participant}.jsonl"  # no study name: it may hint
+    proxy = f"http://{args.listen_host}:{args.listen_port}"
+    args.study_banner = [
+        f"  study    participant {args.participant} (the study's name and conditions are not shown)"
+    ]
+    if design.ratings and not args.upstream:
+        args.study_banner.append(f"  ratings  {proxy}/rate  (the participant rates the latest "
+                                 "response there)")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_run_proxy(args))
+
+
+def print_plan(design: StudyDesign, participant: str, units: int) -> None:
+    """The assignment table: participants by units (the experimenter's view)."""
+    n = len(design.conditions)
+    rows = len(williams_square(n)) if design.counterbalancing == "latin-square" else n
+    people = [participant] if participant else [f"P{i}" for i in range(1, rows + 1)]
+    out = sys.stdout
+    print(f"study {design.name}: unit {design.unit}, counterbalancing {design.counterbalancing}, "
+          f"block_size {design.block_size}, conditions {', '.join(design.names)}", file=out)
+    if design.unit == "conversation" and design.counterbalancing == "none" \
+            and design.block_size == 1:
+        print("each conversation draws its condition from its key: no fixed order", file=out)
+        return
+    count = 1 if design.unit == "participant" else units
+    width = max(len(p) for p in people)
+    header = "participant" if design.unit == "participant" else f"{design.unit}s 0-{count - 1}"
+    print(f"{'':<{width}}  {header}", file=out)
+    for p in people:
+        names = [design.condition(p, i).name for i in range(count)]
+        print(f"{p:<{width}}  {' '.join(names)}", file=out)

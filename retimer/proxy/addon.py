@@ -1,0 +1,392 @@
+"""The mitmproxy addon: options, flow classification and records. Thin by design.
+
+The same addon runs inside `retimer` and in `mitmdump -s addons/retimer.py` or mitmweb. A flow
+is re-timed when its request has the shape of an LLM streaming call (any host) and its response
+is a stream an adapter recognises; other streams are streamed through untouched so live
+features keep working, and everything else is left to mitmproxy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from mitmproxy import ctx, exceptions, http
+
+from retimer.proxy import bridge
+from retimer.wire.encoding import decoder_for
+from retimer.timing.hold import is_llm_call, timing_line
+from retimer.wire.hosts import is_llm_host
+from retimer.timing.pacer import StreamPacer
+from retimer.profile.model import Profile, ProfileError, base_profile_name, load_profile
+from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
+from retimer.wire.protocols import fallback_adapter, find_adapter
+from retimer.wire.protocols.base import Adapter, RequestShape
+from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
+from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
+from retimer.records.writer import RecordLog
+from retimer.timing.scheduler import NoTiming
+from retimer.timing.strategy import Strategy, parse_strategy
+from retimer.proxy.ws_pacing import WebSocketPacing
+
+logger = logging.getLogger("retimer")
+
+
+IDLE_GC_AFTER_S = 0.2
+PROFILE_KEY = "retimer_profile"  # flow.metadata: a Profile chosen for this flow (studies)
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+def build_profile(
+    name: str, ttft: str = "", tps: str = "", jitter: str = "", speed: str = "",
+    thinking: str = "",
+) -> Profile:
+    """The active profile with command-line overrides; errors name the option at fault.
+    No name: cerebras, or frontier's shape when --ttft/--tps set the speed (as in studies)."""
+    return load_profile(base_profile_name(name, ttft, tps)).with_overrides(
+        ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None,
+        thinking=thinking or None,
+    )
+
+
+class Retimer:
+    """Re-times LLM streams with the configured profile."""
+
+    def __init__(self) -> None:
+        self.profile: Profile | None = None
+        self.seed: int = 0
+        self.strategy = Strategy.LIVE
+        self.prompt_cache = PromptCache()  # the session's prompt prefixes (providers' caching)
+        self.last_request = 0.0  # monotonic time of the latest request (idle GC waits for quiet)
+        self.streams = 0
+        self.log: RecordLog | None = None
+        self.listeners: list[Listener] = []
+        # called with (flow, pacer, record) when an HTTP stream finished (e.g. the response cache)
+        self.stream_done_hooks: list[Callable[[http.HTTPFlow, StreamPacer, dict[str, Any]], None]] = []
+        # called with (flow, pacer) when a pacer was made for an HTTP stream, before any byte
+        self.stream_start_hooks: list[Callable[[http.HTTPFlow, StreamPacer], None]] = []
+        self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
+        self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
+        self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
+        self.holding_whole = 0  # non-streaming responses being held right now
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "retimer_profile", str, "",
+            "Target speed profile: a built-in name or alias (see `retimer profiles`) or a YAML "
+            "path. Empty: cerebras, or frontier's shape when retimer_ttft/retimer_tps are set.",
+        )
+        loader.add_option(
+            "retimer_seed", int, -1,
+            "Seed for the timing model so a run can be reproduced; -1 draws one at start-up.",
+        )
+        loader.add_option(
+            "retimer_ttft", str, "", "Override the profile's median time to first token, e.g. 400ms."
+        )
+        loader.add_option(
+            "retimer_tps", str, "", "Override the profile's mean decode rate in tokens per second."
+        )
+        loader.add_option(
+            "retimer_jitter", str, "",
+            "Scale the profile's jitter; 0 turns it off so timing is exact.",
+        )
+        loader.add_option(
+            "retimer_thinking", str, "",
+            "Hidden thinking before the first token: off, low, medium, high or a token count.",
+        )
+        loader.add_option(
+            "retimer_log", str, "", "Append one JSON line per re-timed stream to this file."
+        )
+        loader.add_option(
+            "retimer_speed", str, "",
+            "Play the whole profile faster or slower: 2 (or 2x, 200%) is twice as fast.",
+        )
+        loader.add_option(
+            "retimer_strategy", str, "live",
+            "When the upstream is slower than the target: live (tokens leave as they can), "
+            "smooth (start late enough to play at the profile rate without stalls) or replay "
+            "(wait for the whole response, then play it with exact timing).",
+        )
+        bridge.install()
+
+    def configure(self, updated: set[str]) -> None:
+        if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter",
+                      "retimer_speed", "retimer_thinking"}:
+            opts = ctx.options
+            try:
+                self.profile = build_profile(
+                    opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter,
+                    opts.retimer_speed, opts.retimer_thinking,
+                )
+            except ProfileError as e:
+                raise exceptions.OptionsError(str(e)) from None
+        if "retimer_strategy" in updated:
+            try:
+                self.strategy = parse_strategy(ctx.options.retimer_strategy)
+            except ValueError as e:
+                raise exceptions.OptionsError(str(e)) from None
+        if "retimer_seed" in updated:
+            seed = ctx.options.retimer_seed
+            self.seed = seed if seed >= 0 else secrets.randbelow(2**31)
+        if "retimer_log" in updated:
+            if self.log:
+                self.log.close()
+                self.log = None
+            if ctx.options.retimer_log:
+                try:
+                    self.log = RecordLog(ctx.options.retimer_log)
+                except OSError as e:
+                    raise exceptions.OptionsError(
+                        f"--log: cannot open {ctx.options.retimer_log}: {e.strerror}"
+                    ) from None
+
+    def running(self) -> None:
+        # Everything loaded so far lives for the whole run: keep it out of GC passes, whose
+        # full collections otherwise pause emission for tens of milliseconds.
+        gc.collect()
+        gc.freeze()
+
+    def done(self) -> None:
+        # streams still in flight when the proxy stops get their record too (outcome shutdown)
+        bridge.shutdown_all("shutdown")
+        self.websockets.shutdown("shutdown")
+        if self.log:
+            self.log.close()
+
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        self.last_request = time.monotonic()
+
+    async def response(self, flow: http.HTTPFlow) -> None:
+        """Hold a whole (non-streaming) LLM response until the profile would have finished it."""
+        response = flow.response
+        if (
+            response is None or response.stream or flow.websocket is not None
+            or "retimer" in flow.metadata or response.status_code != 200
+            or self.profile is None  # passthrough: held for no time, but recorded
+        ):
+            return
+        request = flow.request
+        shape = RequestShape(request.method, destination_host(flow), request.path, {}, b"")
+        if not is_llm_call(shape, response.headers.get("content-type", ""),
+                           is_llm_host(destination_host(flow))):
+            return
+        line = timing_line(response.get_content(strict=False) or b"")
+        if line is None:
+            return
+        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start, flow=flow)
+        now = time.monotonic()
+        pacer.feed(line, now)
+        pacer.finish(now)
+        batch = pacer.pop_all()
+        if not any(e.tokens for e in batch):
+            return
+        flow.metadata["retimer"] = {"index": index, "protocol": "non-streaming"}
+        # the body leaves with its last token: TTFT plus a gap per further token
+        tokens = sum(e.tokens for e in batch)
+        timing = pacer.timing
+        due = max(now, start + timing.ttft + sum(timing.gap() for _ in range(tokens - 1)))
+        for e in batch:
+            e.due = due
+        if due > now:
+            await self._hold(due - now)
+        end = time.monotonic()
+        pacer.sent(batch, end)
+        self._finished(flow, pacer, end, "complete")
+
+    async def _hold(self, seconds: float) -> None:
+        """Sleep, unless the proxy starts shutting down (`drain`): then the body goes at once."""
+        if self.drained is None:
+            self.drained = asyncio.Event()
+        self.holding_whole += 1
+        try:
+            await asyncio.wait_for(self.drained.wait(), seconds)
+        except TimeoutError:
+            pass
+        finally:
+            self.holding_whole -= 1
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        response = flow.response
+        if response is None or flow.websocket is not None:
+            return
+        request = flow.request
+        if not is_answer_with_body(flow):
+            if is_stream_response(response):
+                response.stream = True  # a stream is never buffered whole, paced or not
+            return
+        content_type = response.headers.get("content-type", "")
+        shape = RequestShape(
+            method=request.method,
+            host=destination_host(flow),
+            path=request.path,
+            headers={k.lower(): v for k, v in request.headers.items()},
+            body=request.raw_content or b"",
+        )
+        adapter_cls = find_adapter(shape, content_type)
+        adapter: Adapter | None = adapter_cls() if adapter_cls is not None else None
+        if adapter is None:
+            if not is_stream_response(response):
+                if not is_llm_call(shape, content_type, is_llm_host(destination_host(flow))):
+                    # not ours to hold (a dev server's page, a download, an MCP reply):
+                    # it flows through as it comes, never buffered whole
+                    response.stream = True
+                return
+            response.stream = True  # a stream is never buffered whole, paced or not
+            if not is_llm_host(destination_host(flow)):
+                return
+            adapter = fallback_adapter(content_type)
+            if adapter is None:
+                return
+        response.stream = True
+        if self.profile is None:
+            return
+        decoder = decoder_for(response.headers.get("content-encoding", ""))
+        if decoder is None:
+            logger.warning(
+                f"retimer: unknown content-encoding {response.headers.get('content-encoding')!r} "
+                f"from {destination_host(flow)}; passing the stream through unchanged"
+            )
+            return
+        if "content-encoding" in response.headers:
+            del response.headers["content-encoding"]  # the re-timed body is sent decoded
+        if "content-length" in response.headers:
+            # split events change the body's length: frame it by chunks (an HTTP/1.1 client),
+            # by frames (h2), or, where HTTP/1.0 is spoken, by closing the connection
+            del response.headers["content-length"]
+            if request.http_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
+                response.headers["transfer-encoding"] = "chunked"
+        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
+        flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
+        for start_hook in self.stream_start_hooks:
+            start_hook(flow, pacer)
+        bridge.pace(flow, pacer, self._finished)
+        self.active[flow.id] = (flow, pacer)
+
+    def profile_for(self, flow: http.HTTPFlow | None) -> Profile:
+        """The flow's profile: a per-flow choice (a study condition) or the configured one.
+
+        Another addon may put a `Profile` in `flow.metadata[PROFILE_KEY]` before the response
+        arrives, and a dict of fields for the record in `flow.metadata[flows.RECORD_KEY]`."""
+        assert self.profile is not None
+        chosen = flow.metadata.get(PROFILE_KEY) if flow is not None else None
+        return chosen if isinstance(chosen, Profile) else self.profile
+
+    def _pacer(
+        self, adapter: Adapter, start: float, decoder: Any = None, *,
+        strategy: Strategy = Strategy.LIVE, flow: http.HTTPFlow | None = None,
+    ) -> tuple[StreamPacer, int]:
+        """A pacer with the next stream index's timing draw (seeded by seed and index).
+
+        With `flow`, the request body drives prefill, the prompt cache, context slowdown and
+        the reasoning budget, and its max-tokens hint guides the `smooth` strategy."""
+        profile = self.profile_for(flow)
+        index = self.streams
+        self.streams += 1
+        rng = np.random.default_rng([self.seed, index])
+        prompt = _prompt_of(flow) if flow is not None else None
+        timing: Any = NoTiming()
+        if not profile.passthrough:
+            timing = profile.stream_timing(
+                rng, prompt=prompt if prompt is not None and prompt.known else None,
+                cache=self.prompt_cache, now=time.monotonic(),
+            )
+        pacer = StreamPacer(
+            adapter, timing, start, passthrough=profile.passthrough, decoder=decoder,
+            strategy=strategy, target_tps=profile.tps,
+            expected_tokens=prompt.max_output_tokens if prompt is not None else None,
+        )
+        return pacer, index
+
+    # -- WebSocket -------------------------------------------------------------------------
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        if self.profile is None:
+            return  # a passthrough profile still paces nothing, but records every turn
+        request = flow.request
+        if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
+            flow.metadata["retimer"] = {"protocol": WebSocketMessageAdapter.name}
+            self.websockets.start(flow)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.websockets.message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.websockets.end(flow)
+
+    def _websocket_turn(self, flow: http.HTTPFlow, start: float) -> tuple[StreamPacer, int]:
+        return self._pacer(WebSocketMessageAdapter(), start, flow=flow)
+
+    def _websocket_done(
+        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str, index: int
+    ) -> None:
+        record = self._record(flow, pacer, end, outcome, index=index)
+        if self.log:
+            self.log.write(record)
+        self._notify(record)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Records of the streams in flight, as they stand now (for the live view)."""
+        return [self._record(f, p, None, "streaming") for f, p in list(self.active.values())]
+
+    def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
+        self.active.pop(flow.id, None)
+        record = self._record(flow, pacer, end, outcome)
+        for hook in self.stream_done_hooks:
+            try:
+                hook(flow, pacer, record)
+            except Exception:  # another concern's failure must never break records
+                logger.exception("retimer: a stream-done hook failed")
+        if self.log:
+            self.log.write(record)
+        self._notify(record)
+        if not self.active and not self.websockets.sockets:
+            self._collect_when_idle()
+
+    def _collect_when_idle(self) -> None:
+        """Run the full GC pass while no stream is in flight (checked again after a short
+        quiet spell, so back-to-back requests are not delayed) rather than mid-stream later."""
+        try:
+            asyncio.get_running_loop().call_later(IDLE_GC_AFTER_S, _collect_if_idle, self)
+        except RuntimeError:  # no loop (unit tests call hooks directly)
+            pass
+
+    def _notify(self, record: dict[str, Any]) -> None:
+        for listener in self.listeners:
+            listener(record)
+
+    def _record(
+        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
+        *, index: int | None = None,
+    ) -> dict[str, Any]:
+        return stream_record(flow, pacer, self.profile_for(flow), self.seed,
+                             end if end is not None else time.monotonic(), outcome, index)
+
+
+def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
+    """The request's prompt estimate; the cache scope is the host and the path's model part."""
+    request = flow.request
+    scope = destination_host(flow) + request.path.split("?", 1)[0].split(":", 1)[0]
+    return estimate_prompt(request.get_content(strict=False), scope=scope)
+
+
+def _collect_if_idle(addon: Retimer) -> None:
+    if addon.active or addon.websockets.sockets or bridge.active():
+        return
+    if time.monotonic() - addon.last_request < IDLE_GC_AFTER_S:
+        return
+    gc.collect()
+
+
+def addons_for(listeners: Sequence[Listener] = ()) -> list[Retimer]:
+    addon = Retimer()
+    addon.listeners.extend(listeners)
+    return [addon]

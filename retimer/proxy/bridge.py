@@ -1,0 +1,463 @@
+"""The pacing bridge: the only module that touches mitmproxy's private internals.
+
+mitmproxy's public `flow.response.stream` callable runs only when upstream data arrives, so it
+can neither emit on a timer nor split one upstream chunk into several timed writes. For a paced
+flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes into the
+stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
+`RequestWakeup` we asked for comes back as `Wakeup`, and `ResponseEndOfMessage` is held until
+the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+
+WebSocket messages are paced with public hooks (dropped in `websocket_message`, re-sent with
+`inject.websocket`); what needs the internals is order: while a paced WebSocket still holds
+messages, the server's later events (more data, its close frame, a reset) wait here, so a
+close can never overtake held messages. `WebsocketLayer.handle_event` is wrapped for that.
+`check_internals()` verifies at start-up that every private name used here still exists.
+
+Faults: a client that goes away ends the stream at once (record `client-gone`; mitmproxy then
+closes the upstream connection, cancelling the request); an upstream that breaks off gets
+everything that arrived sent, then the same error (HTTP/1: no terminating chunk; h2: RST_STREAM).
+Bounds: bytes held per stream and in total are capped (`Settings`): past a cap the stream
+becomes pass-through. While bytes are held and nothing went out for `keepalive_s`, the adapter's
+keep-alive goes out (or, with `idle_release`, the next emission early). Sleeps never exceed
+MAX_SLEEP_S, so `drain()` (shutdown) is noticed within that.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.layer import Layer
+from mitmproxy.proxy.layers import http as http_layer
+from mitmproxy.proxy.layers import websocket as ws_layer
+
+from retimer.timing.pacer import Emission, StreamPacer
+
+logger = logging.getLogger(__name__)
+
+EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run late)
+WINDOW_S = 0.0005  # on waking, send everything due within this window
+LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
+LONG_SLEEP_EARLY_S = 0.0004
+MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
+
+HttpStream = http_layer.HttpStream
+SendHttp = http_layer.SendHttp
+ResponseData = http_layer.ResponseData
+ResponseEndOfMessage = http_layer.ResponseEndOfMessage
+ResponseProtocolError = http_layer.ResponseProtocolError
+RequestProtocolError = http_layer.RequestProtocolError
+ErrorCode = http_layer.ErrorCode
+
+WebsocketLayer = ws_layer.WebsocketLayer
+
+DoneCallback = Callable[[http.HTTPFlow, StreamPacer, float, str], None]
+
+
+class InternalsMissing(RuntimeError):
+    """This mitmproxy lacks a private name the bridge relies on."""
+
+
+class PacingWakeup(commands.RequestWakeup):
+    """A wakeup the bridge asked for; recognised (and dropped if stale) on return."""
+
+    __slots__ = ()
+
+
+@dataclass(slots=True)
+class Settings:
+    """The bounds and keep-alive policy (the `retimer_*` options of `retimer.proxy.safety`)."""
+
+    max_stream_buffer: int = 16 * 2**20  # bytes one stream may keep before pass-through
+    max_total_buffer: int = 256 * 2**20  # bytes all streams together may keep
+    keepalive_s: float = 4.0  # idle time, while bytes are held, before a keep-alive (0: never)
+    idle_release: bool = False  # formats without a keep-alive: send the next emission early
+
+
+@dataclass(slots=True)
+class PacedFlow:
+    flow: http.HTTPFlow
+    pacer: StreamPacer
+    on_done: DoneCallback
+    held_end: Any = None  # ResponseEndOfMessage waiting for the last bytes
+    finished: bool = False
+    warned: bool = False
+    wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
+    last_send: float = 0.0  # when the client last got bytes (or the response head)
+    counted: int = 0  # this stream's share of _totals["buffered"]
+
+
+class CloseFrameScanner:
+    """Finds where the server's close frame starts in its byte stream (frame headers only).
+
+    One read can carry the last messages and the close frame together; the part before the
+    close goes to mitmproxy at once (its messages get held), the close waits its turn.
+    """
+
+    __slots__ = ("_head", "_skip", "seen")
+
+    def __init__(self) -> None:
+        self._head = b""  # a frame header cut by the end of the previous read
+        self._skip = 0  # payload bytes of the current frame still to come
+        self.seen = False
+
+    def close_offset(self, data: bytes) -> int | None:
+        """Offset in `data` where a close frame begins, or None (the scan state advances)."""
+        pos, size = 0, len(data)
+        while pos < size and not self.seen:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                continue
+            carried = len(self._head)
+            buf = self._head + data[pos : pos + 14]
+            if len(buf) < 2:
+                self._head = buf
+                return None
+            length = buf[1] & 0x7F
+            need = 2 + {126: 2, 127: 8}.get(length, 0) + (4 if buf[1] & 0x80 else 0)
+            if len(buf) < need:
+                self._head = buf
+                return None
+            if buf[0] & 0x0F == 0x8:
+                self.seen = True
+                return max(0, pos - carried)
+            if length == 126:
+                length = int.from_bytes(buf[2:4], "big")
+            elif length == 127:
+                length = int.from_bytes(buf[2:10], "big")
+            self._head = b""
+            pos += need - carried
+            self._skip = length
+        return None
+
+
+@dataclass(slots=True)
+class HeldWebSocket:
+    holding: Callable[[], bool]  # true while the shell still holds messages to re-send
+    deferred: list[events.Event] = field(default_factory=list)  # server events waiting
+    scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
+
+
+_paced: dict[str, PacedFlow] = {}
+_held_ws: dict[str, HeldWebSocket] = {}
+settings = Settings()
+_totals = {"buffered": 0}  # bytes kept by all paced streams
+_draining = False
+_original_handle_event: Callable[..., Any] | None = None
+_original_ws_handle_event: Callable[..., Any] | None = None
+
+
+def check_internals() -> None:
+    """Fail with one clear line when mitmproxy changed what the bridge wraps."""
+    needed = {
+        "HttpStream._handle_event": getattr(HttpStream, "_handle_event", None),
+        "HttpStream.state_stream_response_body": getattr(
+            HttpStream, "state_stream_response_body", None
+        ),
+        "layers.http.SendHttp": getattr(http_layer, "SendHttp", None),
+        "layers.http.ResponseData": getattr(http_layer, "ResponseData", None),
+        "layers.http.ResponseEndOfMessage": getattr(http_layer, "ResponseEndOfMessage", None),
+        "layers.http.ErrorCode": getattr(http_layer, "ErrorCode", None),
+        "events.Wakeup": getattr(events, "Wakeup", None),
+        "WebsocketLayer.handle_event": getattr(WebsocketLayer, "handle_event", None),
+        "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
+    }
+    missing = [name for name, value in needed.items() if value is None]
+    if missing:
+        from mitmproxy.version import VERSION
+
+        raise InternalsMissing(
+            f"mitmproxy {VERSION} lacks {', '.join(missing)}; retimer needs mitmproxy >=12.2.3,<13"
+        )
+
+
+def install() -> None:
+    """Wrap HttpStream once per process (idempotent)."""
+    global _original_handle_event
+    if _original_handle_event is not None:
+        return
+    check_internals()
+    global _original_ws_handle_event
+    _original_handle_event = HttpStream._handle_event
+    HttpStream._handle_event = _handle_event  # type: ignore[method-assign]
+    _original_ws_handle_event = WebsocketLayer.handle_event
+    WebsocketLayer.handle_event = _ws_handle_event  # type: ignore[method-assign]
+
+
+def pace(flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
+    """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
+    if _original_handle_event is None:
+        raise RuntimeError("retimer.proxy.bridge.install() was not called")
+    _paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
+
+
+def hold_websocket(flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
+    """Keep this WebSocket's server events back while `holding()` is true (call at its start)."""
+    if _original_ws_handle_event is None:
+        raise RuntimeError("retimer.proxy.bridge.install() was not called")
+    _held_ws[flow.id] = HeldWebSocket(holding)
+
+
+def release_websocket(flow: http.HTTPFlow) -> None:
+    _held_ws.pop(flow.id, None)
+
+
+def active() -> int:
+    return len(_paced)
+
+
+def buffered() -> int:
+    """Bytes all paced streams keep now."""
+    return _totals["buffered"]
+
+
+def drain() -> None:
+    """Shutting down: from now on every stream sends what it holds as soon as it wakes."""
+    global _draining
+    _draining = True
+
+
+def shutdown_all(outcome: str = "shutdown") -> int:
+    """Record every stream still in flight as ended with `outcome`; return how many."""
+    left = list(_paced.values())
+    for paced in left:
+        _finish(paced, outcome)
+    return len(left)
+
+
+def _ws_handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+    assert _original_ws_handle_event is not None
+    held = _held_ws.get(self.flow.id)
+    if held is None:
+        yield from _original_ws_handle_event(self, event)
+        return
+    from_server = (
+        isinstance(event, events.ConnectionEvent) and event.connection == self.context.server
+    )
+    if from_server and (held.deferred or held.holding()):
+        held.deferred.append(event)
+        return
+    if from_server:
+        yield from _deliver(self, held, event)
+    else:
+        yield from _original_ws_handle_event(self, event)
+    yield from _replay(self, held)
+
+
+def _deliver(self: Any, held: HeldWebSocket, event: events.Event) -> Generator[commands.Command, Any, None]:
+    """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
+    the scanner sees the whole stream: a close frame found in it waits at the head of the
+    deferred events, behind the messages the same read carried (they get held first)."""
+    assert _original_ws_handle_event is not None
+    if isinstance(event, events.DataReceived) and not held.scanner.seen:
+        cut = held.scanner.close_offset(event.data)
+        if cut is not None:
+            held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
+            if not cut:
+                return
+            event = events.DataReceived(event.connection, event.data[:cut])
+    yield from _original_ws_handle_event(self, event)
+
+
+def _replay(self: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
+    # replay what waited once everything held is out (and no hook reply is pending)
+    while held.deferred and not self._paused and not held.holding():
+        yield from _deliver(self, held, held.deferred.pop(0))
+
+
+def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+    flow = getattr(self, "flow", None)
+    paced = _paced.get(flow.id) if flow is not None else None
+    if isinstance(event, events.Wakeup) and isinstance(event.command, PacingWakeup):
+        if paced is not None and paced.wakeups.pop(event.command, None) is not None:
+            yield from _emit(self, paced)
+        return  # a stale wakeup for a finished stream
+    assert _original_handle_event is not None
+    if paced is None or paced.finished:
+        yield from _original_handle_event(self, event)
+        return
+    streaming = self.server_state == self.state_stream_response_body
+    if isinstance(event, ResponseData) and streaming:
+        now = time.monotonic()
+        paced.pacer.feed(event.data, now)
+        _warn_once(self, paced)
+        if paced.pacer.broken is not None:
+            yield from _break(self, paced, now)
+            return
+        _account(paced)
+        _check_caps(self, paced, now)
+        yield from _emit(self, paced)
+    elif isinstance(event, ResponseEndOfMessage) and streaming:
+        now = time.monotonic()
+        paced.pacer.finish(now)
+        if paced.pacer.broken is not None:
+            yield from _break(self, paced, now)
+            return
+        _warn_once(self, paced)
+        paced.held_end = event
+        yield from _emit(self, paced)
+    elif isinstance(event, ResponseProtocolError):
+        # the upstream broke: the client gets everything that arrived, then the same error
+        now = time.monotonic()
+        yield from _send(self, paced, paced.pacer.abort(now), now)
+        _finish(paced, "upstream-error")
+        yield from _original_handle_event(self, event)
+    elif isinstance(event, RequestProtocolError):
+        _finish(paced, "client-gone")
+        yield from _original_handle_event(self, event)
+    else:
+        yield from _original_handle_event(self, event)
+
+
+def _warn_once(self: Any, paced: PacedFlow) -> None:
+    """One warning per stream: it fell back to pass-through, or it carried a malformed part."""
+    if paced.warned:
+        return
+    pacer, host = paced.pacer, self.flow.request.pretty_host
+    if failure := pacer.fallback:
+        paced.warned = True
+        logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from {host} "
+                       f"({failure}); passing the rest through unchanged")
+    elif anomaly := pacer.adapter.anomaly:
+        paced.warned = True
+        logger.warning(f"retimer: the {pacer.adapter.name} stream from {host} has {anomaly}; "
+                       "passed on unchanged")
+
+
+def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:
+    """The body cannot be decoded (its Content-Encoding header is already gone): the client
+    gets everything decoded so far, then a broken connection, as a client reading the upstream
+    directly would fail; never the undecodable bytes with a clean end."""
+    logger.warning(
+        f"retimer: the {paced.pacer.adapter.name} stream from {self.flow.request.pretty_host} "
+        f"is corrupt ({paced.pacer.broken}); the client gets what was decoded, then an error"
+    )
+    yield from _send(self, paced, paced.pacer.abort(now), now)
+    _finish(paced, "upstream-error")
+    assert _original_handle_event is not None
+    error = ResponseProtocolError(self.stream_id, f"retimer: {paced.pacer.broken}",
+                                  ErrorCode.GENERIC_SERVER_ERROR)
+    yield from _original_handle_event(self, error)
+
+
+def _upstream_gone(self: Any, paced: PacedFlow) -> bool:
+    """The upstream connection has ended, yet the stream got neither its end nor an error.
+
+    mitmproxy 12 can lose a server connection's close: a reader whose drain failed on the
+    reset cancels its own task, and if it then waits for the connection's event lock, the
+    cancellation lands there and ConnectionClosed is never delivered (seen in the soak under
+    load). A plain proxy would leave that client waiting for its read timeout; a stream that
+    retimer keeps alive with SSE comments would wait for ever. So each wake checks."""
+    conn = getattr(self.flow, "server_conn", None)
+    return (
+        paced.held_end is None and not paced.pacer.done
+        and conn is not None and conn.timestamp_end is not None
+    )
+
+
+def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
+    pacer = paced.pacer
+    now = time.monotonic()
+    if _upstream_gone(self, paced):
+        logger.warning(f"retimer: the upstream connection of a stream from "
+                       f"{self.flow.request.pretty_host} closed without ending it; "
+                       "ending it as broken")
+        yield from _send(self, paced, pacer.abort(now), now)
+        _finish(paced, "upstream-error")
+        assert _original_handle_event is not None
+        lost = ResponseProtocolError(self.stream_id, "server connection lost",
+                                     ErrorCode.GENERIC_SERVER_ERROR)
+        yield from _original_handle_event(self, lost)
+        return
+    due = pacer.flush(now) if _draining else pacer.pop_due(now + WINDOW_S)
+    keepalive = settings.keepalive_s
+    if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
+        due = pacer.idle(now, settings.idle_release)
+    if due:
+        yield from _send(self, paced, due, now)
+    if pacer.done:
+        if paced.held_end is not None:
+            end = paced.held_end
+            _finish(paced, "complete")
+            assert _original_handle_event is not None
+            yield from _original_handle_event(self, end)
+        return
+    wake = pacer.next_due()
+    if pacer.holding:  # bounded sleeps; keep-alive time while bytes are held
+        cap = now + MAX_SLEEP_S
+        if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
+            cap = min(cap, paced.last_send + keepalive)
+        wake = cap if wake is None else min(wake, cap)
+    elif wake is None and paced.held_end is None:
+        wake = now + MAX_SLEEP_S  # waiting on the upstream: look again for a lost close
+    if wake is None:
+        return
+    if paced.wakeups and min(paced.wakeups.values()) <= wake:
+        return  # an earlier or equal wakeup is already on its way
+    delay = max(0.0, wake - now - EARLY_S)
+    if delay > LONG_SLEEP_S:
+        delay -= LONG_SLEEP_EARLY_S  # epoll rounds up to the ms and the kernel adds slack
+    cmd = PacingWakeup(delay)
+    paced.wakeups[cmd] = wake
+    yield cmd
+
+
+def _account(paced: PacedFlow) -> None:
+    """Keep the total of held bytes current (O(1): this stream's change only)."""
+    now_held = paced.pacer.buffered
+    _totals["buffered"] += now_held - paced.counted
+    paced.counted = now_held
+
+
+def _check_caps(self: Any, paced: PacedFlow, now: float) -> None:
+    """Past a cap the stream becomes pass-through: what it holds goes out at once."""
+    held, total = paced.counted, _totals["buffered"]
+    if paced.pacer.failure is not None:
+        return  # passing through already: nothing is held for long
+    if held > settings.max_stream_buffer:
+        reason = f"{held} bytes held > {settings.max_stream_buffer} per stream"
+    elif total > settings.max_total_buffer:
+        reason = f"{total} bytes held by all streams > {settings.max_total_buffer}"
+    else:
+        return
+    paced.pacer.release(reason, now)
+    _account(paced)
+    paced.warned = True
+    logger.warning(
+        f"retimer: the stream from {self.flow.request.pretty_host} reached the buffer cap "
+        f"({reason}); passing it through unpaced"
+    )
+
+
+def _send(
+    self: Any, paced: PacedFlow, batch: list[Emission], now: float
+) -> Generator[commands.Command, Any, None]:
+    if not batch:
+        return
+    data = batch[0].data if len(batch) == 1 else b"".join(e.data for e in batch)
+    if self.context.options.store_streamed_bodies:
+        self.response_body_buf += data
+    yield SendHttp(ResponseData(self.stream_id, data), self.context.client)
+    paced.pacer.sent(batch, now)
+    paced.last_send = now
+    _account(paced)
+
+
+def _finish(paced: PacedFlow, outcome: str) -> None:
+    if paced.finished:
+        return
+    paced.finished = True
+    _paced.pop(paced.flow.id, None)
+    _totals["buffered"] -= paced.counted
+    paced.counted = 0
+    try:
+        paced.on_done(paced.flow, paced.pacer, time.monotonic(), outcome)
+    except Exception:  # a broken record must never break the stream
+        logger.exception("retimer: recording a finished stream failed")

@@ -1,0 +1,288 @@
+"""The response cache addon (`--set retimer_cache=DIR`): store paced streams, replay hits.
+
+A paced stream that completed with status 200 is stored (its decoded upstream body, captured
+by the pacer), unless it carried the API's error (a transient overload must not become the
+permanent answer) or passed anything on unparsed. A later identical request (`retimer.cache.entry.cache_key`) never reaches the
+upstream: in the `request` hook the flow is pointed at a small replay server on loopback,
+which writes the cached response at once, and the Retimer addon paces it like any upstream
+stream, with the profile's timing from the moment the request reached the proxy.
+
+Why a replay server rather than `flow.response = ...`: a response set in the `request` hook
+is sent whole, so the pacing bridge never sees it as a stream. Through the replay server the
+hit is a real streamed response, paced by the same code as a miss.
+
+The flow keeps its identity: the replay server, on reading the request, puts the original
+scheme, host and port back and drops its token header before answering, so the Retimer addon,
+records and mitmweb see the request as the client sent it (whatever the addon order), while
+`flow.server_conn` truthfully names the replay server. The token (random per hit) ties the
+request to its entry; the replay server answers nothing else.
+
+No upstream connection on a hit: mitmproxy's default `connection_strategy=eager` connects to
+the server at CONNECT time, before the request is known, so with the cache on the strategy
+is set to `lazy` (the upstream is reached when a request needs it; TLS to the client uses
+the SNI). In upstream-proxy mode hits are not served (the redirect would go through the
+upstream proxy): requests are answered upstream and still stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import h11
+from mitmproxy import ctx, exceptions, http
+
+from retimer.proxy.addon import Retimer
+from retimer.proxy.flows import destination_host, destination_url
+from retimer.cache.entry import CacheEntry, cache_key, new_entry
+from retimer.cache.store import CacheStore
+from retimer.timing.pacer import StreamPacer
+
+logger = logging.getLogger("retimer")
+
+META = "retimer_cache"  # flow.metadata: "hit" | "miss" | "stored"
+KEY_META = "retimer_cache_key"
+TOKEN_META = "retimer_cache_token"
+REPLAY_HEADER = "x-retimer-replay"
+
+
+@dataclass(slots=True)
+class _Hit:
+    flow: http.HTTPFlow
+    entry: CacheEntry
+    scheme: bytes
+    host: str
+    port: int
+
+    def restore(self) -> None:
+        """The request as the client sent it (data fields: the setters rewrite Host)."""
+        data = self.flow.request.data
+        data.scheme, data.host, data.port = self.scheme, self.host, self.port
+        self.flow.request.headers.pop(REPLAY_HEADER, None)
+        self.flow.metadata.pop(TOKEN_META, None)
+
+
+class ReplayServer:
+    """HTTP/1.1 on 127.0.0.1 (random port) answering each expected token with its entry."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, _Hit] = {}
+        self.port = 0
+        self.served = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        self.pending.clear()
+
+    @property
+    def running(self) -> bool:
+        return self._server is not None
+
+    def expect(self, hit: _Hit) -> str:
+        token = secrets.token_urlsafe(24)
+        self.pending[token] = hit
+        return token
+
+    def _answer(self, hit: _Hit | None) -> tuple[h11.Response, bytes]:
+        """The response for one request: its entry, or an error that closes the connection."""
+        if hit is not None:
+            hit.restore()  # before any byte of the response: responseheaders sees the original
+            entry = hit.entry
+            try:
+                head = h11.Response(
+                    status_code=entry.status,
+                    reason=entry.reason_phrase.encode("latin-1", "replace"),
+                    headers=[*entry.headers, ("content-length", str(len(entry.body)))],
+                )
+                self.served += 1
+                return head, entry.body
+            except h11.LocalProtocolError as e:
+                logger.warning(f"retimer: cannot replay the cache entry for {entry.url}: {e}")
+        body = b"retimer cache: nothing to replay here\n"
+        head = h11.Response(status_code=404 if hit is None else 502, headers=[
+            ("content-type", "text/plain"), ("content-length", str(len(body))),
+            ("connection", "close")])
+        return head, body
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                token = await _read_request(conn, reader)
+                if token is None:
+                    return
+                head, body = self._answer(self.pending.pop(token, None) if token else None)
+                data = conn.send(head) or b""
+                if body:
+                    data += conn.send(h11.Data(data=body)) or b""
+                data += conn.send(h11.EndOfMessage()) or b""
+                writer.write(data)
+                await writer.drain()
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError):
+            writer.transport.abort()
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> str | None:
+    """Read one whole request; its token ("" if none), or None when the peer is gone."""
+    token: str | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(65536))
+        elif isinstance(event, h11.Request):
+            token = ""
+            for name, value in event.headers:
+                if name == REPLAY_HEADER.encode():
+                    token = value.decode("latin-1")
+        elif isinstance(event, h11.EndOfMessage):
+            return token if token is not None else ""
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None
+
+
+class ResponseCache:
+    """Stores completed paced streams and answers identical requests from the cache."""
+
+    def __init__(self, retimer: Retimer | None = None) -> None:
+        self.retimer = retimer
+        self.store: CacheStore | None = None
+        self.replay = ReplayServer()
+        self._hooked = False
+        self._warned_upstream = False
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "retimer_cache", str, "",
+            "Response cache directory: identical requests are answered from it with the "
+            "profile's timing and no upstream call; empty turns the cache off.",
+        )
+        loader.add_option(
+            "retimer_cache_max_mb", int, 0,
+            "Size cap of the response cache in MB (least recently used entries go); 0: no cap.",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        opts = ctx.options
+        if updated & {"retimer_cache", "retimer_cache_max_mb"}:
+            cap_mb = opts.retimer_cache_max_mb
+            if cap_mb < 0:
+                raise exceptions.OptionsError("retimer_cache_max_mb: expected a size >= 0")
+            self.store = None
+            if opts.retimer_cache:
+                try:
+                    self.store = CacheStore(opts.retimer_cache, cap_mb * 1_000_000)
+                except OSError as e:
+                    raise exceptions.OptionsError(
+                        f"--cache: cannot use {opts.retimer_cache}: {e.strerror}"
+                    ) from None
+        watched = {"retimer_cache", "connection_strategy"}
+        if self.store is not None and updated & watched and opts.connection_strategy != "lazy":
+            # eager connects upstream at CONNECT time, before the request is known
+            opts.connection_strategy = "lazy"
+            logger.info("retimer: response cache on: connection_strategy set to lazy")
+
+    async def running(self) -> None:
+        if self.retimer is None:
+            found = ctx.master.addons.get("retimer")
+            self.retimer = found if isinstance(found, Retimer) else None
+        if self.retimer is None:
+            logger.warning("retimer: the response cache needs the Retimer addon; cache off")
+        elif not self._hooked:
+            self.retimer.stream_start_hooks.append(self._stream_start)
+            self.retimer.stream_done_hooks.append(self._stream_done)
+            self._hooked = True
+        await self.replay.start()
+
+    def done(self) -> None:
+        self.replay.stop()
+
+    # -- hooks ---------------------------------------------------------------------------
+    def request(self, flow: http.HTTPFlow) -> None:
+        if self.store is None or self.retimer is None or flow.response is not None:
+            return
+        request = flow.request
+        if request.stream or request.headers.get("upgrade"):
+            return
+        key = cache_key(
+            request.method, request.scheme, destination_host(flow), request.port, request.path,
+            {k.lower(): v for k, v in request.headers.items()},
+            request.get_content(strict=False) or b"",
+        )
+        flow.metadata[KEY_META] = key
+        flow.metadata[META] = "miss"
+        if flow.server_conn.via is not None:
+            if not self._warned_upstream:
+                self._warned_upstream = True
+                logger.warning("retimer: cache hits cannot be served in upstream-proxy mode")
+            return
+        if not self.replay.running:
+            return
+        entry = self.store.get(key)
+        if entry is None:
+            return
+        hit = _Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
+        token = self.replay.expect(hit)
+        flow.metadata[META] = "hit"
+        flow.metadata[TOKEN_META] = token
+        request.headers[REPLAY_HEADER] = token
+        # data fields, not the setters: Host / :authority stay as the client sent them
+        data = request.data
+        data.scheme, data.host, data.port = b"http", "127.0.0.1", self.replay.port
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        token = flow.metadata.get(TOKEN_META)
+        if token and token in self.replay.pending:
+            hit = self.replay.pending.pop(token)
+            hit.restore()
+            logger.warning(f"retimer: a cache hit was not served: {flow.error}")
+
+    def _stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+        if self.store is not None and flow.metadata.get(META) == "miss":
+            pacer.captured = bytearray()
+
+    def _stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+        key = flow.metadata.get(KEY_META)
+        response = flow.response
+        if (
+            self.store is None or flow.metadata.get(META) != "miss" or key is None
+            or response is None or response.status_code != 200
+            or record.get("outcome") != "complete"
+            or pacer.captured is None or pacer.fallback is not None
+            or pacer.adapter.api_error or pacer.adapter.anomaly is not None
+        ):
+            return
+        entry = new_entry(
+            response.status_code, response.reason, response.headers.items(multi=True),
+            bytes(pacer.captured), url=destination_url(flow), method=flow.request.method,
+            protocol=flow.metadata.get("retimer", {}).get("protocol"),
+            created=datetime.now(UTC).isoformat(timespec="seconds"),
+        )
+        try:
+            self.store.put(key, entry)
+        except OSError as e:
+            logger.warning(f"retimer: cannot store a response in the cache: {e.strerror or e}")
+            return
+        flow.metadata[META] = "stored"
+        record["cache"] = "stored"

@@ -1,0 +1,107 @@
+"""What retimer reads from a mitmproxy flow: where it goes, and the record of its stream.
+
+A record holds the URL (secret-looking query values redacted), the protocol, the profile and
+timing figures: never request headers, cookies, bodies or authorization values.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.proxy.mode_specs import ReverseMode
+
+from retimer.timing.pacer import StreamPacer
+from retimer.profile.model import Profile
+from retimer.records.writer import redact_url
+
+RECORD_KEY = "retimer_record"  # flow.metadata: extra fields for this flow's record
+STREAM_TYPES = (
+    "text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson",
+    "application/vnd.amazon.eventstream",
+)
+
+
+def destination_host(flow: http.HTTPFlow) -> str:
+    """The host the flow goes to. In reverse mode that is the --upstream host, whatever Host
+    header the client sent (kept as is with keep_host_header); elsewhere the Host header wins,
+    as transparent mode only knows the IP address."""
+    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
+        return flow.request.host
+    return flow.request.pretty_host
+
+
+def destination_url(flow: http.HTTPFlow) -> str:
+    if isinstance(flow.client_conn.proxy_mode, ReverseMode):
+        return flow.request.url
+    return flow.request.pretty_url
+
+
+def is_stream_response(response: http.Response) -> bool:
+    """A response that must be streamed, never buffered whole (paced or not)."""
+    ctype = response.headers.get("content-type", "").lower()
+    return any(t in ctype for t in STREAM_TYPES)
+
+
+def is_answer_with_body(flow: http.HTTPFlow) -> bool:
+    """A successful response that carries a body: the only kind retimer re-times. Errors
+    (their bodies explain the failure: delaying them helps nobody), 204/205, 304 and answers
+    to HEAD pass as they come."""
+    response = flow.response
+    return (
+        response is not None and 200 <= response.status_code < 300
+        and response.status_code not in (204, 205) and flow.request.method.upper() != "HEAD"
+    )
+
+
+def _started(flow: http.HTTPFlow, pacer: StreamPacer) -> float:
+    """When the stream began (epoch seconds): its request, or for a WebSocket turn the client
+    message that opened it (every turn of a socket shares the handshake's request)."""
+    if flow.websocket is None:
+        return flow.request.timestamp_start
+    return time.time() - (time.monotonic() - pacer.stats.start)
+
+
+def stream_record(
+    flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
+    outcome: str, index: int | None = None,
+) -> dict[str, Any]:
+    """The JSON record of one finished (or, for the live view, running) stream."""
+    meta = flow.metadata.get("retimer", {})
+    if index is not None:
+        meta = {**meta, "index": index}
+    timing = pacer.stats.record(end)
+    emitted_ms = timing["emitted"]["duration_ms"] or 0.0
+    wait_ms = pacer.scheduler.bound_s * 1000
+    return {
+        "id": flow.id,
+        "time": datetime.fromtimestamp(_started(flow, pacer), UTC).isoformat(),
+        "url": redact_url(destination_url(flow)),
+        "protocol": meta.get("protocol"),
+        "profile": profile.name,
+        "effective_profile": profile.effective_name,  # name plus overrides: what ran
+        "seed": seed,
+        "stream": meta.get("index"),
+        "status": flow.response.status_code if flow.response else None,
+        "outcome": outcome,
+        "target": {
+            "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
+            "tps": None if profile.passthrough else profile.tps,
+        },
+        # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
+        "model": {"speed": profile.speed, "thinking": profile.thinking,
+                  **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
+        **timing,
+        "upstream_bound": (not profile.passthrough)
+        and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
+        "upstream_wait_ms": round(wait_ms, 3),
+        "strategy": str(pacer.strategy),
+        "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
+        "fallback": pacer.fallback,
+        "keepalives": pacer.keepalives,
+        "released_early": pacer.released_early,
+        **flow.metadata.get(RECORD_KEY, {}),
+        "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
+    }

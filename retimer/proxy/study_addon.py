@@ -1,0 +1,264 @@
+"""The study addon (`retimer study`, or `--set retimer_study=STUDY.yaml` in mitmdump).
+
+For each request it picks the participant's condition (retimer.study.design) and hands the Retimer
+addon that condition's profile and the record fields through `flow.metadata`: the Retimer
+addon does the pacing and writes the records, which thereby carry study, participant,
+condition and unit. Blinding: nothing here touches a response the participant receives (no
+header, no body change); the rating page and the live view say nothing of the condition.
+
+State kept per proxy run: the number of request units so far, each conversation's position
+(first-seen order) and the links from ids a response names (ChatGPT's conversation_id,
+Responses ids) to the conversation they continue.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from mitmproxy import ctx, exceptions, http
+
+from retimer.proxy.addon import PROFILE_KEY, Retimer
+from retimer.proxy.flows import RECORD_KEY, destination_host
+from retimer.study.conversation import conversation_key, is_unit_request, response_links
+from retimer.proxy.pac import addressed_to_proxy
+from retimer.timing.pacer import StreamPacer
+from retimer.profile.model import Profile, ProfileError, load_profile
+from retimer.profile.schema import read_yaml
+from retimer.wire.protocols.base import RequestShape
+from retimer.study.ratings import (
+    PATH,
+    RatingError,
+    latest_json,
+    parse_rating,
+    rating_page,
+    rating_record,
+)
+from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
+
+logger = logging.getLogger("retimer")
+
+LINK_META = "retimer_study_link"  # flow.metadata: (link kind, conversation key)
+RATEABLE = 100  # recent streams a page loaded earlier may still rate
+
+
+def load_study(path: str) -> tuple[StudyDesign, dict[str, Profile]]:
+    """The study file's design and each condition's profile; errors are one line."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise StudyError(f"{path}: no such study file")
+    try:
+        data = read_yaml(file, path)
+    except ProfileError as e:
+        raise StudyError(str(e)) from None
+    design = parse_study(data, path, str(file.parent))
+    return design, resolve_conditions(design, path, load_profile)
+
+
+class Study:
+    """Assigns conditions to flows and serves the rating page."""
+
+    def __init__(self, retimer: Retimer | None = None) -> None:
+        self.retimer = retimer
+        self.design: StudyDesign | None = None
+        self.profiles: dict[str, Profile] = {}
+        self.participant = ""
+        self._hooked = False
+        self._reset()
+
+    def _reset(self) -> None:
+        self.requests = 0
+        self.conversations: dict[str, int] = {}
+        self.aliases: dict[str, str] = {}
+        self.current: dict[str, Any] | None = None  # the latest unit's record fields
+        self.rateable: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    def load(self, loader: Any) -> None:
+        loader.add_option("retimer_study", str, "",
+                          "Run the study in this STUDY.yaml (needs retimer_participant).")
+        loader.add_option("retimer_participant", str, "", "The participant id of this proxy.")
+
+    def configure(self, updated: set[str]) -> None:
+        if not updated & {"retimer_study", "retimer_participant"}:
+            return
+        path, participant = ctx.options.retimer_study, ctx.options.retimer_participant
+        self.design, self.profiles, self.participant = None, {}, ""
+        self._reset()
+        if not path:
+            return
+        try:
+            design, profiles = load_study(path)
+            if not participant:
+                raise StudyError("--participant: a study needs a participant id")
+            design.check_participant(participant)
+        except StudyError as e:
+            raise exceptions.OptionsError(str(e)) from None
+        self.design, self.profiles, self.participant = design, profiles, participant
+
+    def running(self) -> None:
+        if self.retimer is None:
+            found = ctx.master.addons.get("retimer")
+            self.retimer = found if isinstance(found, Retimer) else None
+        if self.retimer is None:
+            if self.design is not None:
+                logger.warning("retimer: the study needs the Retimer addon; study off")
+            return
+        if not self._hooked:
+            self.retimer.listeners.append(self._finished)
+            self.retimer.stream_start_hooks.append(self._stream_start)
+            self.retimer.stream_done_hooks.append(self._stream_done)
+            self._hooked = True
+
+    # -- assignment ------------------------------------------------------------------------
+    def request(self, flow: http.HTTPFlow) -> None:
+        design = self.design
+        if design is None or flow.response is not None:
+            return
+        if design.ratings and self._serve_rating(flow):
+            return
+        if PROFILE_KEY in flow.metadata:
+            return
+        req = flow.request
+        shape = RequestShape(
+            req.method, destination_host(flow), req.path,
+            {k.lower(): v for k, v in req.headers.items()},
+            b"" if req.stream else (req.get_content(strict=False) or b""),
+        )
+        websocket = req.headers.get("upgrade", "").lower() == "websocket"
+        if is_unit_request(shape, websocket):
+            fields = self._unit(flow, design, shape)
+            self.current = fields
+        elif self.current is not None:
+            fields = {**self.current, "unit": None}
+            fields.pop("conversation", None)
+        else:
+            condition = design.condition(self.participant, 0)
+            fields = {"study": design.name, "participant": self.participant,
+                      "condition": condition.name, "unit": None}
+        flow.metadata[PROFILE_KEY] = self.profiles[fields["condition"]]
+        flow.metadata[RECORD_KEY] = fields
+
+    def _unit(
+        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape
+    ) -> dict[str, Any]:
+        key: str | None = None
+        extra: dict[str, Any] = {}
+        if design.unit == "participant":
+            index = 0
+        elif design.unit == "request":
+            index = self.requests
+            self.requests += 1
+        else:
+            ident = conversation_key(shape)
+            key = self.aliases.get(ident.key, ident.key)
+            index = self.conversations.setdefault(key, len(self.conversations))
+            if ident.links:
+                flow.metadata[LINK_META] = (ident.links, key)
+            extra["conversation"] = design.short_hash(key)
+        condition = design.condition(self.participant, index, key)
+        return {"study": design.name, "participant": self.participant,
+                "condition": condition.name, "unit": index, **extra}
+
+    def _stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+        if LINK_META in flow.metadata and pacer.captured is None:
+            pacer.captured = bytearray()  # the response names the ids later turns carry
+
+    def _stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+        link = flow.metadata.get(LINK_META)
+        if link is None:
+            return
+        kind, key = link
+        if pacer.captured is not None:
+            body = bytes(pacer.captured)
+        elif flow.response is not None and not flow.response.stream:
+            body = flow.response.get_content(strict=False) or b""
+        else:
+            return
+        for linked in response_links(kind, body):
+            self.aliases[linked] = key
+
+    # -- ratings ---------------------------------------------------------------------------
+    def _finished(self, record: dict[str, Any]) -> None:
+        """A stream finished: the latest unit stream is what the rating page offers."""
+        if self.design is None or record.get("unit") is None or record.get("study") is None:
+            return
+        entry = {k: record.get(k) for k in ("id", "stream", "study", "participant",
+                                            "condition", "unit")}
+        entry["finished"] = time.strftime("%H:%M:%S")
+        entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
+        self.rateable[record["id"]] = entry
+        self.rateable.move_to_end(record["id"])
+        while len(self.rateable) > RATEABLE:
+            self.rateable.popitem(last=False)
+
+    def _latest(self) -> dict[str, Any] | None:
+        return next(reversed(self.rateable.values())) if self.rateable else None
+
+    def _serve_rating(self, flow: http.HTTPFlow) -> bool:
+        """Answer GET/POST http://<proxy>/rate; False for any other request."""
+        from mitmproxy.proxy.mode_specs import RegularMode
+
+        req = flow.request
+        if req.path.split("?", 1)[0] != PATH or req.method not in ("GET", "POST"):
+            return False
+        sockname = flow.client_conn.sockname
+        if not isinstance(flow.client_conn.proxy_mode, RegularMode) or not sockname:
+            return False
+        if not addressed_to_proxy(req.host, req.port, sockname):
+            return False
+        wants_json = "json" in req.headers.get("accept", "")
+        if req.method == "GET":
+            if "latest" in req.query:
+                flow.response = _response(200, latest_json(self._latest()), json_body=True)
+            else:
+                flow.response = _response(200, rating_page(self._latest()))
+            return True
+        status, message = self._rate(flow)
+        if wants_json:
+            body = '{"ok": true}' if status == 200 else _json_error(message)
+            flow.response = _response(status, body, json_body=True)
+        else:
+            flow.response = _response(status, rating_page(self._latest(), message, status != 200))
+        return True
+
+    def _rate(self, flow: http.HTTPFlow) -> tuple[int, str]:
+        req = flow.request
+        origin = req.headers.get("origin")
+        if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
+            return 403, "ratings are taken from this page only"
+        assert self.retimer is not None
+        if self.retimer.log is None:
+            return 503, "ratings need a records log (--log)"
+        try:
+            stream_id, scores = parse_rating(req.get_content(strict=False) or b"",
+                                             req.headers.get("content-type", ""))
+        except RatingError as e:
+            return 400, str(e)
+        stream = self.rateable.get(stream_id)
+        if stream is None:
+            return 409, "that response is no longer known: reload the page"
+        now = datetime.now(UTC).isoformat(timespec="milliseconds")
+        self.retimer.log.write(rating_record(stream, scores, now))
+        return 200, "Saved. Thank you."
+
+
+def _json_error(message: str) -> str:
+    import json
+
+    return json.dumps({"ok": False, "error": message})
+
+
+def _response(status: int, body: str, json_body: bool = False) -> http.Response:
+    ctype = "application/json" if json_body else "text/html; charset=utf-8"
+    return http.Response.make(status, body.encode("utf-8"), {
+        "content-type": ctype,
+        "cache-control": "no-store",
+        "x-content-type-options": "nosniff",
+        "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+        "script-src 'unsafe-inline'; connect-src 'self'; form-action 'self'",
+    })

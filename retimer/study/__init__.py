@@ -1,0 +1,1 @@
+"""Studies, pure: the design and who sees which condition, conversations, and the rating page."""

@@ -1,0 +1,108 @@
+"""Cohere v2 Chat streams (`POST /v2/chat` with `stream: true`).
+
+Events are `event: <type>` + `data: {"type": <type>, ...}`. Tokens arrive in:
+
+* `content-delta`: `delta.message.content.text` (answer text) or `.thinking` (reasoning
+  models' thoughts, in a block opened by `content-start` with type "thinking");
+* `tool-plan-delta`: `delta.message.tool_plan`, the plan the model writes before calling
+  tools (reasoning: it is not part of the answer);
+* `tool-call-delta`: `delta.message.tool_calls.function.arguments` (tool arguments).
+
+Everything else (message-start/end, content-start/end, tool-call-start/end, citation-start/
+end, debug, `[DONE]`) passes unchanged. A `tool-call-start` or `content-start` that already
+carries text (not seen in recordings: they carry "") is counted but not split, since its id
+and name must appear once.
+
+A split repeats the event with the string replaced, so every piece keeps the block `index`;
+a top-level `logprobs` (one entry per token) goes on the last piece only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from retimer.wire.sse import SSEEvent
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
+
+__all__ = ["CohereChatAdapter"]
+
+# event type -> (path under delta.message, channel), in the order they are tried
+_DELTAS: dict[str, tuple[tuple[tuple[str, ...], Channel], ...]] = {
+    "content-delta": ((("content", "text"), Channel.TEXT), (("content", "thinking"), Channel.REASONING)),
+    "tool-plan-delta": ((("tool_plan",), Channel.REASONING),),
+    "tool-call-delta": ((("tool_calls", "function", "arguments"), Channel.TOOL_ARGS),),
+}
+# starts that may carry a first string: counted, never split
+_STARTS: dict[str, tuple[tuple[tuple[str, ...], Channel], ...]] = {
+    "content-start": _DELTAS["content-delta"],
+    "tool-call-start": _DELTAS["tool-call-delta"],
+}
+_LAST_ONLY = ("logprobs",)
+
+
+@dataclass(slots=True, frozen=True)
+class _Target:
+    """The parsed event and where, under delta.message, its one string is."""
+
+    sse: SSEEvent
+    obj: dict[str, Any]
+    path: tuple[str, ...]
+
+
+class CohereChatAdapter(SSEJSONAdapter):
+    """Adapter for Cohere's v2 chat event stream."""
+
+    name: ClassVar[str] = "cohere-chat"
+
+    @classmethod
+    def accepts(cls, request: RequestShape, content_type: str) -> bool:
+        """POST to a path ending in /v2/chat (query allowed), answered with an event stream."""
+        return posts_event_stream(request, content_type, "/v2/chat")
+
+    def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
+        kind = obj.get("type")
+        specs = _DELTAS.get(kind) or _STARTS.get(kind)  # type: ignore[arg-type]
+        delta = obj.get("delta")
+        message = delta.get("message") if isinstance(delta, dict) else None
+        if specs is None or not isinstance(message, dict):
+            return Event(raw=sse.raw)
+        texts: list[tuple[Channel, str]] = []
+        target: _Target | None = None
+        for path, channel in specs:
+            value = _get(message, path)
+            if isinstance(value, str) and value:
+                texts.append((channel, value))
+                target = _Target(sse, obj, path)
+        if not texts:
+            return Event(raw=sse.raw)
+        atomic = kind in _STARTS or len(texts) > 1
+        return Event(raw=sse.raw, texts=tuple(texts), payload=None if atomic else target,
+                     atomic=atomic)
+
+    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+        """The same event with the string replaced; logprobs only on the last piece."""
+        delta = target.obj["delta"]
+        message = _put(delta["message"], target.path, piece)
+        return {
+            k: ({**delta, "message": message} if k == "delta" else v)
+            for k, v in target.obj.items()
+            if last or k not in _LAST_ONLY
+        }
+
+
+def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
+    """The value at `path`, or None when a step is missing or not an object."""
+    value: Any = obj
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _put(obj: dict[str, Any], path: tuple[str, ...], text: str) -> dict[str, Any]:
+    """A copy of `obj` with the string at `path` replaced (the objects on the way copied)."""
+    head, *rest = path
+    return {**obj, head: _put(obj[head], tuple(rest), text) if rest else text}

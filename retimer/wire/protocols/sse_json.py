@@ -1,0 +1,119 @@
+"""What every SSE-framed JSON stream adapter shares: framing, decoding, and split output.
+
+A subclass says which events carry tokens (`classify`) and what one piece of a split event
+looks like (`piece`); this base parses the frames, guards against malformed data, and writes
+the pieces as SSE events with the original event name, line ending, `id` and `retry`.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
+from retimer.wire.protocols import jsontext
+from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
+
+
+SSE_KEEPALIVE = b": keep-alive\n\n"
+# `type` of the events that report a failed answer (Anthropic, OpenAI Responses)
+_ERROR_TYPES = ("error", "response.failed")
+
+
+class SplitTarget(Protocol):
+    """An adapter's record of a splittable event: at least the SSE event it came from."""
+
+    sse: SSEEvent
+
+
+class SSEJSONAdapter(Adapter):
+    """Base class of adapters for `data: {json}` event streams."""
+
+    def __init__(self) -> None:
+        self._parser = SSEParser()
+
+    def feed(self, data: bytes) -> list[Event]:
+        """Parse more upstream bytes into events."""
+        return [self._event(sse) for sse in self._parser.feed(data)]
+
+    def end(self) -> list[Event]:
+        """Return what is left; an unterminated trailing event is passed on as is."""
+        return [self._event(sse) for sse in self._parser.end()]
+
+    def keepalive(self) -> bytes | None:
+        """An SSE comment line: parsers drop it without dispatching an event."""
+        return SSE_KEEPALIVE
+
+    def _event(self, sse: SSEEvent) -> Event:
+        """Decode the JSON payload; anything malformed becomes a non-token event (noted)."""
+        try:
+            sse.raw.decode("utf-8")
+        except UnicodeDecodeError:
+            self._note("bytes that are not UTF-8 text")
+            return Event(raw=sse.raw)
+        if not sse.complete or not sse.data or sse.data == "[DONE]":
+            return Event(raw=sse.raw)
+        try:
+            obj = jsontext.loads(sse.data)
+        except (ValueError, RecursionError):
+            self._note("an event whose data is not JSON")
+            return Event(raw=sse.raw)
+        if not isinstance(obj, dict):
+            return Event(raw=sse.raw)
+        if sse.event == "error" or obj.get("error") or obj.get("type") in _ERROR_TYPES:
+            self._api_error = True
+        return self.classify(sse, obj)
+
+    @abstractmethod
+    def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
+        """The Event for one decoded JSON object (payload: a SplitTarget when splittable)."""
+
+    @abstractmethod
+    def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+        """The JSON object of one piece of a split event."""
+
+    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        check_split(event, pieces)
+        target = event.payload
+        if len(pieces) == 1:
+            return [event.raw]
+        sse: SSEEvent = target.sse
+        last = len(pieces) - 1
+        out = [
+            format_event(
+                sse.event,
+                dumps(self.piece(target, piece, first=i == 0, last=i == last)),
+                sse.newline,
+                event_id=sse.id if i == last else None,
+                retry=sse.retry if i == 0 else None,
+            )
+            for i, piece in enumerate(pieces)
+        ]
+        out[0] = sse.preamble + out[0]
+        return out
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8."""
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+    return text
+
+
+def posts_event_stream(request: RequestShape, content_type: str, suffixes: str | tuple[str, ...]) -> bool:
+    """The common `accepts`: a POST to a path ending in one of `suffixes`, answered with SSE."""
+    return (
+        request.method.upper() == "POST"
+        and request_path(request.path).endswith(suffixes)
+        and is_event_stream(content_type)
+    )
+
+
+def request_path(path: str) -> str:
+    """The path without query, fragment or trailing slash, for `accepts` checks."""
+    return path.split("?", 1)[0].split("#", 1)[0].rstrip("/")
