@@ -20,8 +20,8 @@ except ImportError:
 
 from retimer.proxy.addon import Retimer  # noqa: E402
 from retimer.proxy.cache_addon import ResponseCache  # noqa: E402
-from retimer.proxy.study_addon import Study  # noqa: E402
 from retimer.proxy.safety import Safety  # noqa: E402
+from retimer.proxy.study_addon import Study  # noqa: E402
 
 _retimer = Retimer()
 addons = [_retimer, Safety(_retimer), Study(_retimer), ResponseCache(_retimer)]

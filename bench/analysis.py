@@ -17,11 +17,10 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-
-from retimer.timing.distributions import GapSampler
-from retimer.profile.model import Profile
-
 from harness import pct
+
+from retimer.profile.model import Profile
+from retimer.timing.distributions import GapSampler
 
 
 def nominal_offsets(profile: Profile, seed: int, index: int,

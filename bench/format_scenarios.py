@@ -50,7 +50,6 @@ CASES: tuple[tuple[str, str, str, str, str], ...] = (
 
 def _expected(fixture: str, shape: dict[str, str]) -> dict[str, str]:
     from client import adapter_events  # the same counting the client process does
-
     from upstream import load_fixture
 
     _, texts, _ = adapter_events([(0.0, load_fixture(fixture))], shape)

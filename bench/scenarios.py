@@ -16,14 +16,32 @@ from typing import Any
 
 import numpy as np
 import yaml
+from analysis import (
+    added_latency,
+    cpu_while_streaming,
+    gap_shape,
+    memory_per_stream,
+    stream_fidelity,
+    summarize_fidelity,
+)
+from harness import (
+    Client,
+    FakeLLM,
+    Mitmdump,
+    ProcSampler,
+    RetimerProxy,
+    bench_id_of,
+    cpu_seconds,
+    make_anthropic_stream,
+    make_openai_stream,
+    memory_kb,
+    pct,
+    prose,
+    stream_spec,
+)
 
-from analysis import (added_latency, cpu_while_streaming, gap_shape, memory_per_stream,
-                      stream_fidelity, summarize_fidelity)
-from harness import (Client, FakeLLM, Mitmdump, ProcSampler, RetimerProxy, bench_id_of,
-                     cpu_seconds, make_anthropic_stream, make_openai_stream, memory_kb, pct,
-                     prose, stream_spec)
-from retimer.proxy.addon import build_profile
 from retimer.profile.model import Profile, load_profile
+from retimer.proxy.addon import build_profile
 
 FORMATS = ("openai", "anthropic")
 TTFT = "400ms"

@@ -27,16 +27,21 @@ from typing import Any
 
 import httpx
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Message, Request,
-                            TextMessage)
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Message, Request, TextMessage
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-from fixture_streams import (ANTHROPIC_FIXTURES, GEMINI_JSON_FIXTURES,  # noqa: E402
-                             GEMINI_SSE_FIXTURES, OPENAI_CHAT_FIXTURES, RESPONSES_FIXTURES,
-                             STREAMS_DIR, load)
+from fixture_streams import (  # noqa: E402
+    ANTHROPIC_FIXTURES,
+    GEMINI_JSON_FIXTURES,
+    GEMINI_SSE_FIXTURES,
+    OPENAI_CHAT_FIXTURES,
+    RESPONSES_FIXTURES,
+    STREAMS_DIR,
+    load,
+)
 
 from retimer.wire.protocols import find_adapter  # noqa: E402
 from retimer.wire.protocols.base import Channel, RequestShape  # noqa: E402

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from retimer.timing.metrics import TRACE_UNIT_MS, encode_side
 from retimer.profile.model import Profile
+from retimer.timing.metrics import TRACE_UNIT_MS, encode_side
 from retimer.wire.prompt import PromptInfo
 
 

@@ -7,13 +7,22 @@ import random
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from fixture_streams import ANTHROPIC_FIXTURES, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
-from fixture_streams import ANTHROPIC_FIXTURES, load
 from sdk_views import anthropic_view
+
 from retimer.wire.protocols import ADAPTERS, find_adapter
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape

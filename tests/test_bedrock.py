@@ -11,16 +11,33 @@ import zlib
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from fixture_streams import ANTHROPIC_FIXTURES, STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
-from fixture_streams import ANTHROPIC_FIXTURES, STREAMS_DIR, load
 from sdk_views import anthropic_view
-from retimer.wire.eventstream import (EventStreamFramer, Frame, FramingError, Header, HeaderType,
-                                 encode_frame, encode_headers, parse_headers)
+
 from retimer.timing.pacer import StreamPacer
+from retimer.wire.eventstream import (
+    EventStreamFramer,
+    Frame,
+    FramingError,
+    Header,
+    HeaderType,
+    encode_frame,
+    encode_headers,
+    parse_headers,
+)
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.bedrock import BedrockEventStreamAdapter
@@ -327,7 +344,9 @@ def test_converse_split_pieces(delta: dict[str, Any], channel: Channel, path: tu
     assert event.texts == ((channel, "Hello there"),) and event.splittable
     out = A().split(event, ["Hel", "lo", " there"])
     objs = [json.loads(frames_of(o)[0].payload) for o in out]
-    nested = (lambda s: {path[0]: s} if len(path) == 1 else {path[0]: {path[1]: s}})
+    def nested(s: str) -> dict:
+        return {path[0]: s} if len(path) == 1 else {path[0]: {path[1]: s}}
+
     assert objs == [{"contentBlockIndex": 2, "delta": nested("Hel")},
                     {"contentBlockIndex": 2, "delta": nested("lo")},
                     {"contentBlockIndex": 2, "delta": nested(" there"), "p": "abcdef"}]

@@ -20,8 +20,8 @@ from test_faults import sse_text
 from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
 from retimer.timing.pacer import CAP_PREFIX, StreamPacer
-from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
 from retimer.timing.strategy import Strategy
+from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
 
 BIG = " ".join(f"w{i}" for i in range(2000))
 

@@ -9,12 +9,21 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
-from fixture_streams import STREAMS_DIR, load
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.chatgpt_web import ChatGPTWebAdapter

@@ -7,12 +7,21 @@ import random
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
 from payload_streams import PAYLOAD_FIXTURES, as_sse, provider
+
 from retimer.wire.protocols import ADAPTERS, find_adapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.cohere_chat import CohereChatAdapter

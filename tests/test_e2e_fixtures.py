@@ -7,7 +7,6 @@ reasons, usage) must equal what they build from the recording itself.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import anthropic
 import httpx

@@ -17,21 +17,20 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from adapter_checks import SplitRecord, channel_texts, check_integrity, event_key, parse, random_pieces, rechunk
+from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import (SplitRecord, channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk)
-from fixture_streams import STREAMS_DIR, load
 from payload_streams import PAYLOAD_FIXTURES, as_sse, payloads
-from retimer.wire.hosts import is_llm_host
-from retimer.timing.pacer import StreamPacer
+
 from retimer.profile.model import load_profile
+from retimer.timing.model import StreamTiming
+from retimer.timing.pacer import StreamPacer
+from retimer.timing.scheduler import NoTiming
+from retimer.wire.hosts import is_llm_host
 from retimer.wire.protocols import fallback_adapter, find_adapter
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.wire.protocols.generic import GenericStreamAdapter
-from retimer.timing.scheduler import NoTiming
-from retimer.timing.model import StreamTiming
 from retimer.wire.tokenizer import split_tokens
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"

@@ -22,9 +22,9 @@ from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 from retimer.cli import fit_cmd
 from retimer.profile.fit import Fit, fit_streams, streams_from, to_yaml
 from retimer.profile.model import Profile, load_profile
+from retimer.timing.model import StallSpec
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
-from retimer.timing.model import StallSpec
 from retimer.wire.tokenizer import split_tokens
 
 

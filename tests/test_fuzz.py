@@ -23,8 +23,20 @@ from pathlib import Path
 import pytest
 from adapter_checks import rechunk
 from fixture_streams import load
-from fuzz_support import (MB, SPEC_BY_NAME, SPECIALS, SPECS, Spec, check_stream, cpu_limit,
-                          cuts_for, eventstream_pieces, mutated_stream, parse_chunks, run_pacer)
+from fuzz_support import (
+    MB,
+    SPEC_BY_NAME,
+    SPECIALS,
+    SPECS,
+    Spec,
+    check_stream,
+    cpu_limit,
+    cuts_for,
+    eventstream_pieces,
+    mutated_stream,
+    parse_chunks,
+    run_pacer,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

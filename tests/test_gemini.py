@@ -7,12 +7,21 @@ import random
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from fixture_streams import GEMINI_JSON_FIXTURES, GEMINI_SSE_FIXTURES, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
-from fixture_streams import GEMINI_JSON_FIXTURES, GEMINI_SSE_FIXTURES, load
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.wire.protocols.gemini_json import GeminiJSONArrayAdapter
 from retimer.wire.protocols.gemini_sse import GeminiSSEAdapter

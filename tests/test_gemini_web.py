@@ -8,11 +8,11 @@ import re
 from typing import Any
 
 import pytest
+from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit
+from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit
-from fixture_streams import STREAMS_DIR, load
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.gemini_web import GeminiWebAdapter
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from retimer.wire.hosts import LLM_HOSTS, allow_hosts, host_pattern, is_llm_host
 from retimer.records.writer import RecordLog, redact_url
+from retimer.wire.hosts import allow_hosts, host_pattern, is_llm_host
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,11 @@ import random
 from typing import Any
 
 import pytest
+from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, two_pieces
+from fixture_streams import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, two_pieces)
-from fixture_streams import load
 from retimer.wire.ndjson import NDJSONParser, is_ndjson
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.ollama import OllamaAdapter

@@ -7,13 +7,22 @@ import random
 from typing import Any
 
 import pytest
+from adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from fixture_streams import OPENAI_CHAT_FIXTURES, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events, two_pieces)
-from fixture_streams import OPENAI_CHAT_FIXTURES, load
 from sdk_views import openai_view
+
 from retimer.wire.protocols import ADAPTERS, find_adapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
@@ -261,7 +270,7 @@ def test_sdk_accumulates_same_completion(name: str, how: str) -> None:
 
 def test_sdk_unreadable_list_is_still_true() -> None:
     for name in _SDK_UNREADABLE:
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 - whatever the SDK raises on these
             openai_view(load(name))
 
 

@@ -17,8 +17,8 @@ import pytest
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from retimer.wire.hosts import LLM_HOSTS, is_llm_host
 from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
+from retimer.wire.hosts import LLM_HOSTS, is_llm_host
 
 NODE = "/usr/bin/node"
 HOSTMAP = Path(__file__).parent / "hostmap.py"

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import re
 import shlex
+import shutil
 import signal
 import socket
 import ssl

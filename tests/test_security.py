@@ -20,8 +20,8 @@ from rich.console import Console
 from test_faults import read_until_error, sse_text
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from retimer.proxy.certs import ensure_ca
 from retimer.cli.liveview import LiveView
+from retimer.proxy.certs import ensure_ca
 
 TEXT = "alpha beta gamma delta " * 20
 

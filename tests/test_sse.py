@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 
 import pytest
+from adapter_checks import rechunk
+from fixture_streams import ALL_SSE_FIXTURES, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import rechunk
-from fixture_streams import ALL_SSE_FIXTURES, load
 from retimer.wire.sse import CR, CRLF, LF, SSEEvent, SSEParser, format_event, is_event_stream
 
 

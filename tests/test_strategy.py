@@ -27,7 +27,7 @@ def run(strategy: Strategy, arrivals: list[float], *, expected: int | None = Non
         pacer.feed(line, now=t)
     pacer.finish(now=arrivals[-1])
     out = pacer.pop_all()
-    assert text_of(b"".join(e.data for e in out)) == "".join(l[2:-1].decode() for l in lines)
+    assert text_of(b"".join(e.data for e in out)) == "".join(line[2:-1].decode() for line in lines)
     dues = [e.due for e in out if e.tokens]
     assert len(dues) == len(arrivals)
     return pacer, list(zip(arrivals, dues))
@@ -108,7 +108,7 @@ def test_non_token_events_keep_their_place_under_every_strategy() -> None:
         pacer.feed(body, now=0.05)
         pacer.finish(now=0.06)
         out = b"".join(e.data for e in pacer.pop_all())
-        assert [l for l in out.split(b"\n") if not l.startswith(b"T:")] == [b"head", b"mid", b"end", b""]
+        assert [line for line in out.split(b"\n") if not line.startswith(b"T:")] == [b"head", b"mid", b"end", b""]
         assert out.index(b"mid") > out.index(b"two") and text_of(out) == text_of(body)
 
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.proxy.addon import build_profile
 from retimer.cli.main import _proxy_parser
+from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
 from retimer.profile.model import (
     EXPLICIT_SPEED_BASE,
     Profile,
@@ -26,9 +26,9 @@ from retimer.profile.model import (
     builtin_profiles,
     load_profile,
 )
-from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
-from retimer.wire.prompt import PromptInfo, estimate_prompt
+from retimer.proxy.addon import build_profile
 from retimer.study.design import parse_study, resolve_conditions
+from retimer.wire.prompt import PromptInfo, estimate_prompt
 
 # what a person types to try a model: one short chat turn (a handful of tokens)
 SHORT = estimate_prompt(json.dumps({"model": "m", "stream": True, "messages": [

@@ -8,10 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
-from retimer.profile.model import Profile, ProfileError, builtin_profiles, load_profile
 from retimer.cli.profiles_cmd import timing_lines
-from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
+from retimer.profile.model import Profile, ProfileError, builtin_profiles, load_profile
+from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
 from retimer.timing.model import (
     EARLY_TOKENS,
     ContextSpec,
@@ -23,6 +22,7 @@ from retimer.timing.model import (
     StallSpec,
     speculative_chunks,
 )
+from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
 
 TTFT = QuantileShape(0.5, 0.8, 2.0)
 

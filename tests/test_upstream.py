@@ -15,9 +15,15 @@ import httpx
 import openai
 import pytest
 from cryptography import x509
-
-from upstream import (CERT_NAMES, FIXTURES, FakeLLM, load_fixture, make_anthropic_stream,
-                      make_openai_stream, split_events)
+from upstream import (
+    CERT_NAMES,
+    FIXTURES,
+    FakeLLM,
+    load_fixture,
+    make_anthropic_stream,
+    make_openai_stream,
+    split_events,
+)
 
 TEXT = "The quick brown fox jumps over the lazy dog.\nSecond line: ünïcödé — and  spaces. "
 

@@ -9,12 +9,11 @@ import re
 from typing import Any
 
 import pytest
+from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, sse_events
+from fixture_streams import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapter_checks import (channel_texts, check_integrity, event_key, parse, random_pieces,
-                            rechunk, resplit, sse_events)
-from fixture_streams import load
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import Adapter, Channel, RequestShape
 from retimer.wire.protocols.deepseek_web import DeepSeekWebAdapter as DS

@@ -6,25 +6,28 @@ import json
 import random
 import signal
 import time
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
+from adapter_checks import channel_texts, random_pieces
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from adapter_checks import channel_texts, random_pieces
-from upstream import FIXTURES
 from proxy import RetimerProxy
+from upstream import FIXTURES
 from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.openai_responses import OpenAIResponsesAdapter
+from retimer.wire.protocols.websocket import (
+    WebSocketMessageAdapter,
+    decode_messages,
+    encode_message,
+    is_llm_websocket_path,
+)
 from retimer.wire.sse import SSEParser
 from retimer.wire.tokenizer import split_tokens
-from retimer.wire.protocols.websocket import (WebSocketMessageAdapter, decode_messages, encode_message,
-                                         is_llm_websocket_path)
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 

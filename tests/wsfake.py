@@ -13,8 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from wsproto import ConnectionType, WSConnection
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Message, Request,
-                            TextMessage)
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Message, Request, TextMessage
 
 
 @dataclass
@@ -80,7 +79,7 @@ class FakeWSLLM:
                         self.received.append(event.data)
                         reply = self.replies[min(turn, len(self.replies) - 1)]
                         turn += 1
-                        for payload, is_text in reply.messages:
+                        for payload, _is_text in reply.messages:
                             out += ws.send(Message(data=payload))
                         if reply.close_after:
                             out += ws.send(CloseConnection(code=1000, reason="done"))

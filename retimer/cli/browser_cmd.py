@@ -27,10 +27,10 @@ from retimer.cli.browser import (
     run_browser,
     running_as_root,
 )
-from retimer.proxy.certs import CA_FILE, spki_hash
-from retimer.cli.main import _proxy_parser, _validate, build_proxy, confdir_of, fail, serve
 from retimer.cli.launch import _bound_port, listening, probe_retimer
 from retimer.cli.launch_env import proxy_url
+from retimer.cli.main import _proxy_parser, _validate, build_proxy, confdir_of, fail, serve
+from retimer.proxy.certs import CA_FILE, spki_hash
 
 
 def parser() -> argparse.ArgumentParser:

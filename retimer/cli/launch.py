@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from retimer.cli.main import _Parser, _proxy_parser, _validate, build_proxy, confdir_of, fail
 from retimer.cli.launch_env import SHELLS, child_env, launch_env, proxy_url, shell_lines
+from retimer.cli.main import _Parser, _proxy_parser, _validate, build_proxy, confdir_of, fail
 
 RUN_USAGE = "retimer run [proxy options] -- COMMAND [ARGS...]"
 

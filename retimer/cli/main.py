@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         export.main(argv[1:])
         return
     if argv and argv[0] in ("fit", "report"):
-        from retimer.cli import fit_cmd
-        from retimer.cli import report_cmd
+        from retimer.cli import fit_cmd, report_cmd
 
         (fit_cmd if argv[0] == "fit" else report_cmd).main(argv[1:])
         return
@@ -128,8 +127,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _validate(args: argparse.Namespace, check_port: bool = True) -> None:
-    from retimer.proxy.addon import build_profile
     from retimer.profile.model import ProfileError
+    from retimer.proxy.addon import build_profile
 
     try:
         build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed,
@@ -214,13 +213,13 @@ def build_proxy(
     from mitmproxy import exceptions, master, options
     from mitmproxy.addons import default_addons, errorcheck, termlog
 
+    from retimer.cli.liveview import LiveView
     from retimer.proxy.addon import Retimer
     from retimer.proxy.bridge import InternalsMissing
     from retimer.proxy.cache_addon import ResponseCache
     from retimer.proxy.certs import ensure_ca
-    from retimer.wire.hosts import allow_hosts
-    from retimer.cli.liveview import LiveView
     from retimer.proxy.pac import PacServer
+    from retimer.wire.hosts import allow_hosts
 
     opts = options.Options()
     m = master.Master(opts)

@@ -49,7 +49,6 @@ from typing import Any
 
 import numpy as np
 
-from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
 from retimer.profile.schema import (
     DEFAULT_GAP,
     LEGACY_LEVEL,
@@ -65,7 +64,7 @@ from retimer.profile.schema import (
     read_yaml,
     show,
 )
-from retimer.wire.prompt import PromptCache, PromptInfo
+from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
 from retimer.timing.model import (
     MAX_PREFILL_SHARE,
     ContextSpec,
@@ -79,6 +78,7 @@ from retimer.timing.model import (
     chunk_distribution,
     decode_seconds,
 )
+from retimer.wire.prompt import PromptCache, PromptInfo
 
 __all__ = ["DEFAULT_GAP", "DEFAULT_PROFILE", "EXPLICIT_SPEED_BASE", "Profile", "ProfileError",
            "StreamTiming", "base_profile_name", "builtin_dir", "builtin_profiles", "load_profile",

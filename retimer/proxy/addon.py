@@ -19,22 +19,22 @@ from typing import Any
 import numpy as np
 from mitmproxy import ctx, exceptions, http
 
-from retimer.proxy import bridge
-from retimer.wire.encoding import decoder_for
-from retimer.timing.hold import is_llm_call, timing_line
-from retimer.wire.hosts import is_llm_host
-from retimer.timing.pacer import StreamPacer
 from retimer.profile.model import Profile, ProfileError, base_profile_name, load_profile
+from retimer.proxy import bridge
+from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
+from retimer.proxy.ws_pacing import WebSocketPacing
+from retimer.records.writer import RecordLog
+from retimer.timing.hold import is_llm_call, timing_line
+from retimer.timing.pacer import StreamPacer
+from retimer.timing.scheduler import NoTiming
+from retimer.timing.strategy import Strategy, parse_strategy
+from retimer.wire.encoding import decoder_for
+from retimer.wire.hosts import is_llm_host
 from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
 from retimer.wire.protocols import fallback_adapter, find_adapter
 from retimer.wire.protocols.base import Adapter, RequestShape
 from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
-from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
-from retimer.records.writer import RecordLog
-from retimer.timing.scheduler import NoTiming
-from retimer.timing.strategy import Strategy, parse_strategy
-from retimer.proxy.ws_pacing import WebSocketPacing
 
 logger = logging.getLogger("retimer")
 

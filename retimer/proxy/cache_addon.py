@@ -2,10 +2,11 @@
 
 A paced stream that completed with status 200 is stored (its decoded upstream body, captured
 by the pacer), unless it carried the API's error (a transient overload must not become the
-permanent answer) or passed anything on unparsed. A later identical request (`retimer.cache.entry.cache_key`) never reaches the
-upstream: in the `request` hook the flow is pointed at a small replay server on loopback,
-which writes the cached response at once, and the Retimer addon paces it like any upstream
-stream, with the profile's timing from the moment the request reached the proxy.
+permanent answer) or passed anything on unparsed. A later identical request
+(`retimer.cache.entry.cache_key`) never reaches the upstream: in the `request` hook the flow
+is pointed at a small replay server on loopback, which writes the cached response at once,
+and the Retimer addon paces it like any upstream stream, with the profile's timing from the
+moment the request reached the proxy.
 
 Why a replay server rather than `flow.response = ...`: a response set in the `request` hook
 is sent whole, so the pacing bridge never sees it as a stream. Through the replay server the
@@ -36,10 +37,10 @@ from typing import Any
 import h11
 from mitmproxy import ctx, exceptions, http
 
-from retimer.proxy.addon import Retimer
-from retimer.proxy.flows import destination_host, destination_url
 from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
+from retimer.proxy.addon import Retimer
+from retimer.proxy.flows import destination_host, destination_url
 from retimer.timing.pacer import StreamPacer
 
 logger = logging.getLogger("retimer")

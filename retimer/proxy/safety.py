@@ -26,8 +26,8 @@ from typing import Any
 from mitmproxy import ctx, exceptions
 from mitmproxy.utils import human
 
-from retimer.proxy import bridge
 from retimer.profile.schema import parse_duration
+from retimer.proxy import bridge
 from retimer.proxy.security import exposure_warning
 
 logger = logging.getLogger("retimer")

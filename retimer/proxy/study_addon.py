@@ -23,14 +23,13 @@ from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
-from retimer.proxy.addon import PROFILE_KEY, Retimer
-from retimer.proxy.flows import RECORD_KEY, destination_host
-from retimer.study.conversation import conversation_key, is_unit_request, response_links
-from retimer.proxy.pac import addressed_to_proxy
-from retimer.timing.pacer import StreamPacer
 from retimer.profile.model import Profile, ProfileError, load_profile
 from retimer.profile.schema import read_yaml
-from retimer.wire.protocols.base import RequestShape
+from retimer.proxy.addon import PROFILE_KEY, Retimer
+from retimer.proxy.flows import RECORD_KEY, destination_host
+from retimer.proxy.pac import addressed_to_proxy
+from retimer.study.conversation import conversation_key, is_unit_request, response_links
+from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
 from retimer.study.ratings import (
     PATH,
     RatingError,
@@ -39,7 +38,8 @@ from retimer.study.ratings import (
     rating_page,
     rating_record,
 )
-from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import RequestShape
 
 logger = logging.getLogger("retimer")
 

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 from retimer.report.fields import group_of, num, profile_of, side_value
 from retimer.report.summary import summary, summary_html
-from retimer.report.tables import group_table, stream_table
 from retimer.report.svgplot import ROLE_COLORS, Chart, Series, render
+from retimer.report.tables import group_table, stream_table
+from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 
 DIST_WIDTH = 430  # three side by side fit a 1400 px window, scroll bar and margins included
 MAX_STREAM_CHARTS = 500  # a page of more small charts is slow to open; the table lists all

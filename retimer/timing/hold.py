@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 
-from retimer.wire.protocols.base import RequestShape
 from retimer.wire.protocols import find_adapter
+from retimer.wire.protocols.base import RequestShape
 
 __all__ = ["is_llm_call", "timing_line"]
 

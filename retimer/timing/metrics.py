@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import numpy.ma  # noqa: F401  np.percentile imports it lazily: ~60-90 ms on the event loop
 
-
 from retimer.wire.protocols.base import Channel
 
 TOKEN_COUNTER = "retimer-bpe-approx-v1"

@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from retimer.wire.encoding import Decoder
 from retimer.timing.metrics import StreamStats
-from retimer.wire.protocols.base import Adapter, Channel, Event
 from retimer.timing.scheduler import PassthroughScheduler, Scheduler, StreamTiming
 from retimer.timing.strategy import SmoothPlan, Strategy
+from retimer.wire.encoding import Decoder
+from retimer.wire.protocols.base import Adapter, Channel, Event
 from retimer.wire.tokenizer import split_tokens
 
 CAP_PREFIX = "buffer cap"  # how a `release` reason for a reached buffer cap begins

@@ -78,12 +78,11 @@ from urllib.parse import parse_qs, urlsplit
 
 if __package__ in (None, ""):  # run as a script: tests/ holds the shared test support
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from loop_server import Handler, LoopServer  # noqa: E402
-from server_certs import make_certs  # noqa: E402
-
 import h11
 import wsproto
 import wsproto.events as wse
+from loop_server import Handler, LoopServer  # noqa: E402
+from server_certs import make_certs  # noqa: E402
 
 HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com",
          "localhost", "127.0.0.1", "llm.test")
@@ -862,7 +861,7 @@ class FakeAPI(LoopServer):
             return [events[a:b] for a, b in itertools.pairwise(bounds) if b > a]
         self._log(self._record(kind + "-event", "WS", target, headers, body, tls))
         if kind == "openai-realtime" and typ == "session.update":
-            session.update((body.get("session") or {}))
+            session.update(body.get("session") or {})
             return [[{"type": "session.updated", "event_id": _eid(), "session": session}]]
         if kind == "openai-realtime" and typ == "conversation.item.create":
             item = {"id": f"item_{uuid.uuid4().hex[:20]}", "object": "realtime.item",

@@ -44,9 +44,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent, format_event
 from retimer.wire.protocols.base import Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, dumps, posts_event_stream
+from retimer.wire.sse import SSEEvent, format_event
 
 __all__ = ["ChatGPTWebAdapter"]
 

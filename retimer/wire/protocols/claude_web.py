@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent, is_event_stream
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.base import Event, RequestShape
 from retimer.wire.protocols.sse_json import request_path
+from retimer.wire.sse import SSEEvent, is_event_stream
 
 __all__ = ["ClaudeWebAdapter"]
 

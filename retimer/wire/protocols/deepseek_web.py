@@ -39,9 +39,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
+from retimer.wire.sse import SSEEvent
 
 __all__ = ["DeepSeekWebAdapter"]
 

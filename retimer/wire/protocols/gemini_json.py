@@ -28,7 +28,13 @@ from typing import Any, ClassVar
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
-from retimer.wire.protocols.gemini_sse import GeminiTextPart, classify_response, is_stream_generate, piece_response, wants_sse
+from retimer.wire.protocols.gemini_sse import (
+    GeminiTextPart,
+    classify_response,
+    is_stream_generate,
+    piece_response,
+    wants_sse,
+)
 from retimer.wire.protocols.repeats import SoFar
 
 __all__ = ["GeminiJSONArrayAdapter"]

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
-from retimer.wire.sse import SSEEvent, is_event_stream
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.repeats import SoFar
 from retimer.wire.protocols.sse_json import SSEJSONAdapter
+from retimer.wire.sse import SSEEvent, is_event_stream
 
 __all__ = ["GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate", "piece_response"]
 

@@ -35,8 +35,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 from retimer.wire.ndjson import NDJSONLine, NDJSONParser, is_ndjson
-from retimer.wire.sse import SSEEvent, SSEParser, is_event_stream
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.wire.sse import SSEEvent, SSEParser, is_event_stream
 
 __all__ = ["GenericStreamAdapter", "estimate_text"]
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.openai_chat import _NULL_UNTIL_LAST, OpenAIChatAdapter, _index
 from retimer.wire.protocols.sse_json import posts_event_stream, request_path
+from retimer.wire.sse import SSEEvent
 
 __all__ = ["OpenAICompletionsAdapter"]
 

@@ -30,9 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, dumps, posts_event_stream, request_path
+from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
 __all__ = ["OpenAIResponsesAdapter"]
 

@@ -12,10 +12,9 @@ from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
-
+from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
 SSE_KEEPALIVE = b": keep-alive\n\n"
 # `type` of the events that report a failed answer (Anthropic, OpenAI Responses)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.sse import SSEEvent, is_event_stream
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, request_path
+from retimer.wire.sse import SSEEvent, is_event_stream
 
 __all__ = ["ZaiWebAdapter"]
 
