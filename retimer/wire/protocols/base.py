@@ -14,6 +14,14 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 
+class AdapterError(ValueError):
+    """Input an adapter cannot read as its format: the stream passes through unchanged.
+
+    Adapters raise this (or a subclass) for malformed or unexpected wire data. Anything else
+    an adapter raises is a bug in retimer, which the shell logs with its traceback.
+    """
+
+
 class Channel(StrEnum):
     """What kind of tokens an event carries; records count them apart."""
 
