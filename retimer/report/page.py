@@ -11,7 +11,6 @@ the tables (report_tables). Every string from the log is escaped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from html import escape
 from typing import Any
@@ -22,34 +21,11 @@ from retimer.report.fields import group_of, num, profile_of, side_value
 from retimer.report.summary import summary, summary_html
 from retimer.report.svgplot import ROLE_COLORS, Chart, Series, render
 from retimer.report.tables import group_table, stream_table
+from retimer.report.views import Report, StreamView
 from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 
 DIST_WIDTH = 430  # three side by side fit a 1400 px window, scroll bar and margins included
 MAX_STREAM_CHARTS = 500  # a page of more small charts is slow to open; the table lists all
-
-
-@dataclass(slots=True)
-class StreamView:
-    """One record as the report draws it: its three cumulative-token staircases."""
-
-    number: int
-    record: dict[str, Any]
-    group: str
-    profile: str
-    target: tuple[list[float], list[float]] | None = None
-    upstream: tuple[list[float], list[float]] | None = None
-    client: tuple[list[float], list[float]] | None = None
-
-
-@dataclass(slots=True)
-class Report:
-    """Everything the HTML (and the PNG files) show."""
-
-    title: str
-    group_by: str  # "condition" or "profile"
-    streams: list[StreamView]
-    distributions: list[Chart] = field(default_factory=list)
-    bad_lines: int = 0
 
 
 def _staircase(t: np.ndarray, n: np.ndarray) -> tuple[list[float], list[float]] | None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from retimer.report.page import MAX_STREAM_CHARTS, Report, StreamView, stream_chart
+from retimer.report.page import MAX_STREAM_CHARTS, stream_chart
 from retimer.report.svgplot import PALETTE, ROLE_COLORS, Chart, fit_text
+from retimer.report.views import Report, StreamView
 
 STREAMS_PER_IMAGE = 24
 PANEL_TITLE_CHARS = 46  # a longer title would run into the next panel's

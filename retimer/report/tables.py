@@ -9,14 +9,12 @@ URL or many study fields scroll the table, never the page. Every string is escap
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from retimer.report.fields import num, side_value
-
-if TYPE_CHECKING:
-    from retimer.report.page import Report
+from retimer.report.views import Report
 
 
 def _ms(v: float | None) -> str:

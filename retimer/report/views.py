@@ -1,0 +1,32 @@
+"""What `retimer report` shows, as plain data: the page, the tables and the PNG files read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from retimer.report.svgplot import Chart
+
+
+@dataclass(slots=True)
+class StreamView:
+    """One record as the report draws it: its three cumulative-token staircases."""
+
+    number: int
+    record: dict[str, Any]
+    group: str
+    profile: str
+    target: tuple[list[float], list[float]] | None = None
+    upstream: tuple[list[float], list[float]] | None = None
+    client: tuple[list[float], list[float]] | None = None
+
+
+@dataclass(slots=True)
+class Report:
+    """Everything the HTML (and the PNG files) show."""
+
+    title: str
+    group_by: str  # "condition" or "profile"
+    streams: list[StreamView]
+    distributions: list[Chart] = field(default_factory=list)
+    bad_lines: int = 0
