@@ -1,4 +1,4 @@
-"""The real `retimer` proxy (cli.build_proxy, every addon) on a thread of the test process.
+"""The real `retimer` proxy (retimer.cli.proxy_runner.build_proxy, every addon) on a thread of the test process.
 
 For fault tests that must look inside the running proxy: the bridge's per-stream table, the
 addon's active streams, whether a stream's objects were freed. Clients still talk to it over
@@ -47,10 +47,11 @@ class InProcessProxy:
         built = threading.Event()
 
         async def main() -> None:
-            from retimer.cli import main as cli
+            from retimer.cli.proxy_options import ProxyConfig, proxy_parser
+            from retimer.cli.proxy_runner import build_proxy
 
-            args = cli._proxy_parser().parse_args(self.argv)
-            self.master, self.addon, _ = cli.build_proxy(args, out=io.StringIO(), interactive=False)
+            config = ProxyConfig.from_args(proxy_parser().parse_args(self.argv))
+            self.master, self.addon, _ = build_proxy(config, out=io.StringIO(), interactive=False)
             self.loop = asyncio.get_running_loop()
             built.set()
             await self.master.run()

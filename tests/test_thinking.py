@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.cli.main import _proxy_parser
 from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
+from retimer.cli.proxy_options import proxy_parser
 from retimer.profile.model import (
     EXPLICIT_SPEED_BASE,
     Profile,
@@ -203,7 +203,7 @@ def test_new_form_levels_and_default(tmp_path: Path) -> None:
 
 
 def test_ttft_and_tps_without_profile_take_one_shape_on_the_cli_and_in_a_study() -> None:
-    args = _proxy_parser().parse_args(["--ttft", "2s", "--tps", "20"])
+    args = proxy_parser().parse_args(["--ttft", "2s", "--tps", "20"])
     cli = build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed,
                         args.thinking)
     design = parse_study({"name": "s", "seed": 1, "unit": "request", "conditions": [
@@ -213,7 +213,7 @@ def test_ttft_and_tps_without_profile_take_one_shape_on_the_cli_and_in_a_study()
     assert cli.name == load_profile(EXPLICIT_SPEED_BASE).name
     assert cli.effective_name == f"{cli.name} ttft=2s tps=20"
     # with neither, the default profile; a named profile always wins
-    plain = _proxy_parser().parse_args([])
+    plain = proxy_parser().parse_args([])
     assert build_profile(plain.profile).name == "cerebras-llama-3.3-70b"
     assert base_profile_name("groq", "2s", "20") == "groq"
     assert build_profile("", "", "20").name == cli.name  # --tps alone: the same shape

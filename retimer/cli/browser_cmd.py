@@ -7,7 +7,6 @@ when the browser exits; Ctrl-C or SIGTERM closes the browser too.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import signal
@@ -27,14 +26,16 @@ from retimer.cli.browser import (
     run_browser,
     running_as_root,
 )
-from retimer.cli.launch import _bound_port, listening, probe_retimer
+from retimer.cli.cmdline import OneLineParser, fail
+from retimer.cli.launch import listening, probe_retimer
 from retimer.cli.launch_env import proxy_url
-from retimer.cli.main import _proxy_parser, _validate, build_proxy, confdir_of, fail, serve
+from retimer.cli.proxy_options import ProxyConfig, proxy_parser
+from retimer.cli.proxy_runner import bound_port, build_proxy, serve
 from retimer.proxy.certs import CA_FILE, spki_hash
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _proxy_parser()
+def parser() -> OneLineParser:
+    p = proxy_parser()
     p.prog = "retimer browser"
     p.description = (
         "Open Chrome, Chromium or Firefox through retimer with a throwaway profile that trusts "
@@ -56,7 +57,7 @@ def _error(message: str) -> NoReturn:
 
 def main(argv: list[str]) -> None:
     args = parser().parse_intermixed_args(argv)
-    if getattr(args, "upstream", ""):
+    if args.upstream:
         fail("--upstream (reverse mode) does not apply to `retimer browser`")
     kind: Kind = args.browser
     try:
@@ -64,27 +65,27 @@ def main(argv: list[str]) -> None:
         certutil = None if is_chromium(kind) else find_certutil()
     except BrowserError as e:
         fail(str(e), 1)
-    _validate(args, check_port=False)  # bad options fail even when a retimer is reused
-    opener = Opener(kind, exe, proxy_url(args.listen_host, args.listen_port), args.url,
+    config = ProxyConfig.from_args(args)  # bad options fail even when a retimer is reused
+    opener = Opener(kind, exe, proxy_url(config.listen_host, config.listen_port), args.url,
                     args.headless, certutil)
     with contextlib.suppress(KeyboardInterrupt):
-        if listening(args.listen_host, args.listen_port):
-            ca = _running_retimer_ca(args)
+        if listening(config.listen_host, config.listen_port):
+            ca = _running_retimer_ca(config)
             _say(f"using the retimer already on {opener.proxy} (its own options apply)")
             asyncio.run(_alone(opener, ca))
         else:
-            asyncio.run(_with_proxy(args, opener))
+            asyncio.run(_with_proxy(config, opener))
     raise SystemExit(opener.exit_code)
 
 
-def _running_retimer_ca(args: argparse.Namespace) -> Path:
+def _running_retimer_ca(config: ProxyConfig) -> Path:
     """The CA of the retimer listening on --listen-port, which must be the one in confdir
     (the browser is told to trust that one); fail in one line otherwise."""
-    where, port = f"{args.listen_host}:{args.listen_port}", args.listen_port
-    spki = probe_retimer(args.listen_host, port)
+    where, port = f"{config.listen_host}:{config.listen_port}", config.listen_port
+    spki = probe_retimer(config.listen_host, port)
     if spki is None:
         fail(f"{where} is taken by something that is not retimer (try --listen-port {port + 1})")
-    confdir = confdir_of(args)
+    confdir = config.confdir
     ca = confdir / CA_FILE
     if not ca.is_file() or (spki and spki != spki_hash(ca)):
         fail(f"the retimer on {where} uses another CA than {confdir}; pass its --set confdir=DIR")
@@ -142,7 +143,7 @@ class BrowserCompanion:
         self.task: asyncio.Task[None] | None = None
 
     def running(self) -> None:
-        port = _bound_port(self.master)  # differs from the option with --listen-port 0
+        port = bound_port(self.master)  # differs from the option with --listen-port 0
         if port is not None:
             self.opener.proxy = proxy_url(self.host, port)
         print(f"  opening {LABELS[self.opener.kind]} through {self.opener.proxy} with a throwaway "
@@ -162,10 +163,10 @@ class BrowserCompanion:
                 await self.task
 
 
-async def _with_proxy(args: argparse.Namespace, opener: Opener) -> None:
-    m, addon, view = build_proxy(args)
-    ca = confdir_of(args) / CA_FILE
-    m.addons.add(BrowserCompanion(opener, ca, m, args.listen_host))
+async def _with_proxy(config: ProxyConfig, opener: Opener) -> None:
+    m, addon, view = build_proxy(config)
+    ca = config.confdir / CA_FILE
+    m.addons.add(BrowserCompanion(opener, ca, m, config.listen_host))
     profile = addon.profile
     from retimer.cli.profiles_cmd import first_token_text, thinking_text
 

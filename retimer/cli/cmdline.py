@@ -83,6 +83,16 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         fail(f"{message} (see {self.prog} --help)", prog=self.prog)
 
+    @property
+    def actions(self) -> list[argparse.Action]:
+        """Every argument this parser takes. argparse offers no public view of them, so this is
+        the one place retimer reads its private list."""
+        return self._actions
+
+    def flag_options(self) -> set[str]:
+        """The options that take no value (`--quiet`, `--no-local`, ...)."""
+        return {o for a in self.actions if a.nargs == 0 for o in a.option_strings}
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:
@@ -110,7 +120,7 @@ class OneLineParser(argparse.ArgumentParser):
         word = extras[0]
         if word.startswith("-") and word != "-":
             flag = word.split("=", 1)[0]
-            longs = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            longs = [o for a in self.actions for o in a.option_strings if o.startswith("--")]
             return f"unrecognized argument {flag}{did_you_mean(flag, longs)}"
         return f"unexpected argument {word!r}"
 
@@ -124,7 +134,7 @@ class OneLineParser(argparse.ArgumentParser):
     def _join_negative_values(self, argv: list[str]) -> list[str]:
         """`--ttft -1s` as `--ttft=-1s`: argparse would read "-1s" as an unknown option and
         say only "expected one argument"."""
-        valued = {o for a in self._actions if a.nargs is None for o in a.option_strings}
+        valued = {o for a in self.actions if a.nargs is None for o in a.option_strings}
         out: list[str] = []
         i = 0
         while i < len(argv):

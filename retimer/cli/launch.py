@@ -19,10 +19,11 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
+from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.launch_env import SHELLS, child_env, launch_env, proxy_url, shell_lines
-from retimer.cli.main import _Parser, _proxy_parser, _validate, build_proxy, confdir_of, fail
+from retimer.cli.proxy_options import ProxyConfig, confdir_of, proxy_parser
+from retimer.cli.proxy_runner import bound_port, build_proxy
 
 RUN_USAGE = "retimer run [proxy options] -- COMMAND [ARGS...]"
 
@@ -48,8 +49,8 @@ def _ca_files(confdir: Path) -> tuple[Path, Path]:
         fail(f"cannot create the CA in {confdir}: {e.strerror}", 1)
 
 
-def _small_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    p = _Parser(prog=prog, description=description)
+def _small_parser(prog: str, description: str) -> OneLineParser:
+    p = OneLineParser(prog=prog, description=description)
     p.add_argument("--listen-host", default="127.0.0.1", help="retimer's address (default 127.0.0.1)")
     p.add_argument("--listen-port", type=int, default=8080, help="retimer's port (default 8080)")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
@@ -104,7 +105,7 @@ def print_env(argv: list[str]) -> None:
     if not 0 < args.listen_port <= 65535:
         fail(f"--listen-port: {args.listen_port} is not a port number")
     _check_auth(args.proxy_auth)
-    ca, bundle = _ca_files(confdir_of(args))
+    ca, bundle = _ca_files(confdir_of(args.sets))
     proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
     env = launch_env(proxy, str(bundle), str(ca), local=args.local)
     print("\n".join(shell_lines(env, args.shell)))
@@ -120,7 +121,7 @@ def print_ca(argv: list[str]) -> None:
     args = p.parse_args(argv)
     from retimer.proxy.certs import spki_hash
 
-    confdir = confdir_of(args)
+    confdir = confdir_of(args.sets)
     existed = (confdir / "mitmproxy-ca.pem").exists()
     ca, bundle = _ca_files(confdir)
     spki = spki_hash(ca)
@@ -151,11 +152,6 @@ def _check_auth(auth: str) -> None:
 
 
 # -- retimer run ----------------------------------------------------------------------------
-def flag_options(parser: argparse.ArgumentParser) -> set[str]:
-    """The parser's options that take no value (`--quiet`, `--no-local`, ...)."""
-    return {o for a in parser._actions if a.nargs == 0 for o in a.option_strings}
-
-
 def split_command(argv: list[str], flags: set[str] | None = None) -> tuple[list[str], list[str]]:
     """(proxy options, command): split at the first `--`, else at the first non-option word
     that is not an option's value (`flags` are the options that take none)."""
@@ -163,7 +159,7 @@ def split_command(argv: list[str], flags: set[str] | None = None) -> tuple[list[
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     if flags is None:
-        flags = flag_options(_run_parser())
+        flags = _run_parser().flag_options()
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -173,8 +169,8 @@ def split_command(argv: list[str], flags: set[str] | None = None) -> tuple[list[
     return argv, []
 
 
-def _run_parser() -> argparse.ArgumentParser:
-    parser = _proxy_parser()
+def _run_parser() -> OneLineParser:
+    parser = proxy_parser()
     parser.prog = "retimer run"
     parser.usage = RUN_USAGE
     _add_local_flag(parser)
@@ -183,7 +179,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str]) -> int:
     parser = _run_parser()
-    options, command = split_command(argv, flag_options(parser))
+    options, command = split_command(argv, parser.flag_options())
     args = parser.parse_args(options)
     if not command:
         fail(f"run: missing COMMAND (usage: {RUN_USAGE})")
@@ -191,34 +187,35 @@ def run(argv: list[str]) -> int:
         fail("run: --upstream is for `retimer --upstream URL`; point the client's base URL at it")
     if shutil.which(command[0]) is None:
         fail(f"run: command not found: {command[0]}", 127)
-    _validate(args, check_port=False)  # bad options fail even when a retimer is reused
-    _check_auth(args.proxy_auth)
+    config = ProxyConfig.from_args(args)  # bad options fail even when a retimer is reused
+    _check_auth(config.proxy_auth)
+    local: bool = args.local
     try:
-        if args.listen_port and listening(args.listen_host, args.listen_port):
-            return asyncio.run(_run_reusing(args, command))
-        return asyncio.run(_run_with_proxy(args, command))
+        if config.listen_port and listening(config.listen_host, config.listen_port):
+            return asyncio.run(_run_reusing(config, command, local))
+        return asyncio.run(_run_with_proxy(config, command, local))
     except KeyboardInterrupt:  # before the child started
         return 130
 
 
-async def _run_reusing(args: argparse.Namespace, command: list[str]) -> int:
+async def _run_reusing(config: ProxyConfig, command: list[str], local: bool) -> int:
     from retimer.proxy.certs import spki_hash
 
-    where = f"{args.listen_host}:{args.listen_port}"
-    spki = probe_retimer(args.listen_host, args.listen_port, args.proxy_auth)
+    where = f"{config.listen_host}:{config.listen_port}"
+    spki = probe_retimer(config.listen_host, config.listen_port, config.proxy_auth)
     if spki is None:
         fail(f"run: {where} is taken by something that is not retimer "
-             f"(try --listen-port {args.listen_port + 1})")
-    confdir = confdir_of(args)
+             f"(try --listen-port {config.listen_port + 1})")
+    confdir = config.confdir
     ca, bundle = _ca_files(confdir)
     if spki and spki != spki_hash(ca):
         fail(f"run: the retimer on {where} uses another CA than {confdir}; "
              "pass its --set confdir=DIR")
-    if not args.quiet:
+    if not config.quiet:
         print(f"retimer: using the retimer already on {where} (its own options apply)",
               file=sys.stderr)
-    proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
+    proxy = proxy_url(config.listen_host, config.listen_port, config.proxy_auth)
+    env = launch_env(proxy, str(bundle), str(ca), local=local)
     return await run_child(command, child_env(os.environ, env))
 
 
@@ -232,8 +229,8 @@ class _Ready:
         self.event.set()
 
 
-async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
-    m, addon, view = build_proxy(args, out=sys.stderr, interactive=False)
+async def _run_with_proxy(config: ProxyConfig, command: list[str], local: bool) -> int:
+    m, addon, view = build_proxy(config, out=sys.stderr, interactive=False)
     ready = asyncio.Event()
     m.addons.add(_Ready(ready))
     server = asyncio.create_task(m.run())
@@ -243,15 +240,15 @@ async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
         waiter.cancel()
         await server  # raises what stopped the proxy (errorcheck exits 1)
         return 1
-    port = _bound_port(m) or args.listen_port
-    ca, bundle = _ca_files(confdir_of(args))
-    if not args.quiet:  # the address without credentials: they never reach the terminal
-        local = "LLM hosts and local model servers" if args.local else "LLM hosts"
+    port = bound_port(m) or config.listen_port
+    ca, bundle = _ca_files(config.confdir)
+    if not config.quiet:  # the address without credentials: they never reach the terminal
+        paced = "LLM hosts and local model servers" if local else "LLM hosts"
         ran = addon.profile.effective_name  # the name plus overrides: what this run plays
-        print(f"retimer: {proxy_url(args.listen_host, port)} ({ran}), {local} "
+        print(f"retimer: {proxy_url(config.listen_host, port)} ({ran}), {paced} "
               f"re-timed; running {' '.join(command)}", file=sys.stderr)
-    proxy = proxy_url(args.listen_host, port, args.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
+    proxy = proxy_url(config.listen_host, port, config.proxy_auth)
+    env = launch_env(proxy, str(bundle), str(ca), local=local)
     try:
         return await run_child(command, child_env(os.environ, env))
     finally:
@@ -259,15 +256,6 @@ async def _run_with_proxy(args: argparse.Namespace, command: list[str]) -> int:
         with contextlib.suppress(asyncio.CancelledError):
             await server
         view.stop()
-
-
-def _bound_port(m: Any) -> int | None:
-    """The port the proxy really listens on (differs from the option with --listen-port 0)."""
-    ps = m.addons.get("proxyserver")
-    for instance in getattr(ps, "servers", []):
-        for addr in instance.listen_addrs:
-            return int(addr[1])
-    return None
 
 
 def _terminal_interrupt() -> bool:

@@ -11,20 +11,22 @@ experimenter, never on the participant's screen.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import sys
+from dataclasses import replace
 from typing import NoReturn
 
-from retimer.cli.main import _proxy_parser, _run_proxy, fail
+from retimer.cli.cmdline import OneLineParser, fail
+from retimer.cli.proxy_options import ProxyConfig, proxy_parser
+from retimer.cli.proxy_runner import run_proxy
 from retimer.study.design import StudyDesign, StudyError, williams_square
 
 TIMING_OPTIONS = ("profile", "ttft", "tps", "jitter", "speed", "thinking")
 
 
-def parser() -> argparse.ArgumentParser:
-    p = _proxy_parser()
+def parser() -> OneLineParser:
+    p = proxy_parser()
     p.prog = "retimer study"
     p.description = (
         "Run the proxy for one participant of a blinded study: each unit (participant, "
@@ -70,19 +72,22 @@ def main(argv: list[str]) -> None:
         design.check_participant(args.participant)
     except StudyError as e:
         fail(str(e))
-    if args.seed is None:
-        args.seed = design.timing_seed(args.participant)
-    if not args.log:
-        args.log = f"retimer-study-{args.participant}.jsonl"  # no study name: it may hint
-    proxy = f"http://{args.listen_host}:{args.listen_port}"
-    args.study_banner = [
+    config = ProxyConfig.from_args(args)
+    proxy = f"http://{config.listen_host}:{config.listen_port}"
+    banner = [
         f"  study    participant {args.participant} (the study's name and conditions are not shown)"
     ]
-    if design.ratings and not args.upstream:
-        args.study_banner.append(f"  ratings  {proxy}/rate  (the participant rates the latest "
-                                 "response there)")
+    if design.ratings and not config.upstream:
+        banner.append(f"  ratings  {proxy}/rate  (the participant rates the latest "
+                      "response there)")
+    config = replace(
+        config,
+        seed=design.timing_seed(args.participant) if config.seed is None else config.seed,
+        log=config.log or f"retimer-study-{args.participant}.jsonl",  # no study name: it may hint
+        study=args.study, participant=args.participant, study_banner=tuple(banner),
+    )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_run_proxy(args))
+        asyncio.run(run_proxy(config))
 
 
 def print_plan(design: StudyDesign, participant: str, units: int) -> None:
