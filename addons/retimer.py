@@ -1,8 +1,9 @@
 """Entry file for `mitmdump -s addons/retimer.py --set retimer_profile=groq` (and mitmweb).
 
 It uses the retimer package installed in mitmproxy's Python, or else the checkout this file
-sits in (numpy, pyyaml and rich must be importable). Unlike the `retimer` command it leaves
-`allow_hosts` as you set it: mitmproxy then intercepts TLS for every host.
+sits in (numpy, pyyaml and rich must be importable). It loads the addons the `retimer` command
+loads (retimer.proxy.addons); unlike that command it leaves `allow_hosts` as you set it:
+mitmproxy then intercepts TLS for every host.
 """
 
 import os
@@ -18,10 +19,6 @@ try:
 except ImportError:
     sys.path.insert(0, os.path.dirname(_here))
 
-from retimer.proxy.addon import Retimer  # noqa: E402
-from retimer.proxy.cache_addon import ResponseCache  # noqa: E402
-from retimer.proxy.safety import Safety  # noqa: E402
-from retimer.proxy.study_addon import Study  # noqa: E402
+from retimer.proxy.addons import retimer_addons  # noqa: E402
 
-_retimer = Retimer()
-addons = [_retimer, Safety(_retimer), Study(_retimer), ResponseCache(_retimer)]
+addons = retimer_addons()

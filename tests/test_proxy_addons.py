@@ -1,0 +1,29 @@
+"""`retimer` and `mitmdump -s addons/retimer.py` load the same retimer addons, in the same order."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from inproc_proxy import InProcessProxy
+
+SCRIPT = Path(__file__).resolve().parent.parent / "addons" / "retimer.py"
+
+
+def script_addons() -> list[Any]:
+    """The `addons` list of addons/retimer.py, loaded as mitmproxy loads a script."""
+    spec = importlib.util.spec_from_file_location("__mitmproxy_script__.retimer", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.addons)
+
+
+def test_the_retimer_command_and_the_mitmdump_script_load_the_same_addons(tmp_path: Path) -> None:
+    with InProcessProxy(tmp_path) as proxy:
+        chain = proxy.call(lambda: list(proxy.master.addons.chain))
+    command = [type(a) for a in chain if type(a).__module__.startswith("retimer.")]
+    script = [type(a) for a in script_addons()]
+    assert command == script
+    assert [c.__name__ for c in script] == ["Retimer", "Safety", "Study", "ResponseCache", "PacServer"]
