@@ -18,8 +18,8 @@ import yaml
 from proxy import RetimerProxy, run_cli
 from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from retimer.cli.export import COLUMNS
 from retimer.proxy.study_addon import load_study
+from retimer.records.export import COLUMNS
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, williams_square
 from retimer.study.ratings import RatingError, parse_rating

@@ -1,0 +1,104 @@
+"""Joining a records log with its ratings: one row per stream, for `retimer export`.
+
+Pure (lines in, dicts out) so the join can be checked without files; reading the file and
+writing CSV stay with the command (retimer.cli.export). The columns are what R (`read.csv`) and
+pandas (`read_csv`) read as is: numbers in milliseconds and tokens/s, `true`/`false` for flags,
+empty cells for missing values. Timing columns are what the client got (the records' `emitted`
+figures); `profile` (the base name), `effective_profile` (the name plus overrides, e.g.
+`openai-gpt-5 tps=10`: group by this one, so changed timing is never filed under the base) and
+the `target_*` columns are the experimenter's view of the condition.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+__all__ = ["COLUMNS", "Log", "csv_cell", "read_log", "rows"]
+
+COLUMNS = (
+    "time", "stream_id", "study", "participant", "condition", "unit", "conversation",
+    "protocol", "profile", "effective_profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
+    "tokens", "upstream_bound", "upstream_wait_ms", "outcome", "rating_speed", "rating_quality",
+)
+
+
+class Log:
+    """The stream records and ratings of a log, and what had to be skipped."""
+
+    def __init__(self) -> None:
+        self.streams: list[dict[str, Any]] = []
+        self.ratings: dict[str, dict[str, int]] = {}  # stream id -> latest score per scale
+        self.bad: list[int] = []  # line numbers that are not records
+        self.orphans = 0  # ratings of streams not in the log
+
+
+def read_log(lines: Iterable[str]) -> Log:
+    """Streams (lines without `type`) and ratings (`"type": "rating"`); other types are left
+    for other tools; anything unreadable is counted in `bad`."""
+    log = Log()
+    ratings: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            log.bad.append(number)
+            continue
+        if not isinstance(obj, dict):
+            log.bad.append(number)
+        elif obj.get("type") == "rating":
+            if isinstance(obj.get("stream"), str):
+                ratings.append(obj)
+            else:
+                log.bad.append(number)
+        elif "type" in obj and obj["type"] != "stream":
+            continue
+        elif isinstance(obj.get("id"), str) and isinstance(obj.get("emitted"), dict):
+            log.streams.append(obj)
+        else:
+            log.bad.append(number)
+    known = {s["id"] for s in log.streams}
+    for r in ratings:  # in file order: a later rating of a scale replaces an earlier one
+        if r["stream"] not in known:
+            log.orphans += 1
+            continue
+        scores = log.ratings.setdefault(r["stream"], {})
+        for scale in ("speed", "quality"):
+            if isinstance(r.get(scale), int) and not isinstance(r.get(scale), bool):
+                scores[scale] = r[scale]
+    return log
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as R and pandas read it: empty for missing, `true`/`false` for flags."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+def rows(log: Log) -> Iterator[dict[str, Any]]:
+    """One dict per stream, keyed by COLUMNS, cells ready for csv."""
+    for s in log.streams:
+        emitted = s.get("emitted") or {}
+        target = s.get("target") or {}
+        scores = log.ratings.get(s["id"], {})
+        row = {
+            "time": s.get("time"), "stream_id": s["id"], "study": s.get("study"),
+            "participant": s.get("participant"), "condition": s.get("condition"),
+            "unit": s.get("unit"), "conversation": s.get("conversation"),
+            "protocol": s.get("protocol"), "profile": s.get("profile"),
+            # what ran: the name plus overrides (older logs: the base name)
+            "effective_profile": s.get("effective_profile") or s.get("profile"),
+            "target_ttft_ms": target.get("ttft_ms"), "target_tps": target.get("tps"),
+            "ttft_ms": emitted.get("ttft_ms"), "ttfat_ms": emitted.get("ttfat_ms"),
+            "tps": emitted.get("tps"), "tokens": emitted.get("tokens"),
+            "upstream_bound": s.get("upstream_bound"),
+            "upstream_wait_ms": s.get("upstream_wait_ms"), "outcome": s.get("outcome"),
+            "rating_speed": scores.get("speed"), "rating_quality": scores.get("quality"),
+        }
+        yield {k: csv_cell(v) for k, v in row.items()}
