@@ -4,8 +4,10 @@ A compressed stream cannot be split into timed events, so the body is decoded be
 parsed and the re-timed response goes to the client without Content-Encoding. As the header is
 gone, the decoder must read everything a client would have: every gzip member and zstd frame
 (servers flush a stream as a series of them), and `deflate` with or without its zlib wrapper
-(servers send both, and clients accept both). Corrupt or truncated input raises ValueError: the
-caller ends the stream as broken rather than hand the client bytes it can no longer decode.
+(servers send both, and clients accept both). Corrupt or truncated input raises
+BodyDecodingError (a ValueError): the caller ends the stream as broken rather than hand the
+client bytes it can no longer decode. It is no AdapterError: the stream cannot pass through
+unchanged, its Content-Encoding header is already gone.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ import brotli
 try:  # Python >= 3.14
     from compression import zstd  # type: ignore[import-not-found]
 except ImportError:  # mitmproxy depends on the backport below 3.14
-    from backports import zstd  # type: ignore[no-redef]
+    from backports import zstd
+
+__all__ = ["GZIP_MAGIC", "BodyDecodingError", "Decoder", "Step", "decoder_for"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+
+
+class BodyDecodingError(ValueError):
+    """A body that is corrupt or cut short for its Content-Encoding."""
 
 
 class Step(Protocol):
     def feed(self, data: bytes) -> bytes: ...
 
     def end(self) -> None:
-        """The body is over: raise ValueError when it stopped inside a member or frame."""
+        """The body is over: raise BodyDecodingError when it stopped inside a member or frame."""
 
 
 class _Members:
@@ -56,7 +64,7 @@ class _Members:
                         self._pending = data
                         break
                     if not data.startswith(self._magic):
-                        raise ValueError(f"{len(data)} bytes of trailing garbage after the last member")
+                        raise BodyDecodingError(f"{len(data)} bytes of trailing garbage after the last member")
                 self._d = self._new()
                 self._between = False
             out.append(self._d.decompress(data))
@@ -68,7 +76,7 @@ class _Members:
 
     def end(self) -> None:
         if self._fed and (self._pending or not (self._between or self._d.eof)):
-            raise ValueError("the body ends inside a compressed member")
+            raise BodyDecodingError("the body ends inside a compressed member")
 
 
 class _Deflate:
@@ -90,12 +98,12 @@ class _Deflate:
             data, self._head = self._head, b""
         out = self._d.decompress(data)
         if self._d.eof and self._d.unused_data.strip(b"\0"):
-            raise ValueError("trailing garbage after the deflate stream")
+            raise BodyDecodingError("trailing garbage after the deflate stream")
         return out
 
     def end(self) -> None:
         if (self._d is not None and not self._d.eof) or self._head:
-            raise ValueError("the body ends inside the deflate stream")
+            raise BodyDecodingError("the body ends inside the deflate stream")
 
 
 class _Brotli:
@@ -107,7 +115,7 @@ class _Brotli:
 
     def end(self) -> None:
         if not self._d.is_finished():
-            raise ValueError("the body ends inside the brotli stream")
+            raise BodyDecodingError("the body ends inside the brotli stream")
 
 
 def _step(coding: str) -> Step | None:
@@ -123,7 +131,7 @@ def _step(coding: str) -> Step | None:
 
 
 class Decoder:
-    """Undoes a Content-Encoding chain chunk by chunk; raises ValueError on corrupt input."""
+    """Undoes a Content-Encoding chain chunk by chunk; raises BodyDecodingError on corrupt input."""
 
     def __init__(self, steps: list[Step]) -> None:
         self._steps = steps
@@ -135,11 +143,11 @@ class Decoder:
             for step in self._steps:
                 data = step.feed(data)
         except Exception as e:  # zlib.error, brotli.error, ZstdError: all mean corrupt input
-            raise ValueError(f"cannot decode the response body: {e}") from e
+            raise BodyDecodingError(f"cannot decode the response body: {e}") from e
         return data
 
     def end(self) -> None:
-        """The body is complete: raise ValueError when it was cut inside compressed data."""
+        """The body is complete: raise BodyDecodingError when it was cut inside compressed data."""
         if self._fed:
             for step in self._steps:
                 step.end()

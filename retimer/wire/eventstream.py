@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from retimer.wire.errors import AdapterError
+
 __all__ = [
     "EventStreamFramer",
     "Frame",
@@ -73,8 +75,8 @@ class HeaderType(IntEnum):
 HeaderValue = bool | int | bytes | str
 
 
-class FramingError(ValueError):
-    """Bytes that are not a valid event stream message."""
+class FramingError(AdapterError):
+    """Bytes that are not a valid event stream message (or a message too big to encode)."""
 
 
 @dataclass(slots=True, frozen=True)

@@ -3,6 +3,9 @@
 An adapter is a sans-io state machine in the style of h11: feed it upstream bytes, get back
 complete events; ask it to split a token-bearing event into several valid events carrying
 consecutive slices of its text. It never does I/O and never looks at a clock.
+
+Input an adapter cannot read raises AdapterError (the shell then passes the rest of the stream
+through unchanged); any other exception from an adapter is a bug.
 """
 
 from __future__ import annotations
@@ -13,13 +16,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from retimer.wire.errors import AdapterError
 
-class AdapterError(ValueError):
-    """Input an adapter cannot read as its format: the stream passes through unchanged.
-
-    Adapters raise this (or a subclass) for malformed or unexpected wire data. Anything else
-    an adapter raises is a bug in retimer, which the shell logs with its traceback.
-    """
+__all__ = ["Adapter", "AdapterError", "Channel", "Event", "RequestShape", "check_split"]
 
 
 class Channel(StrEnum):

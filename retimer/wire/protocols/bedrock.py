@@ -38,6 +38,7 @@ from retimer.wire.eventstream import EventStreamFramer, Frame
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps, request_path
 
 __all__ = ["BedrockEventStreamAdapter", "is_amazon_event_stream"]
@@ -237,7 +238,7 @@ def _json_object(data: bytes) -> dict[str, Any] | None:
     """The payload as a JSON object, or None for anything else (which then passes as is)."""
     try:
         obj = jsontext.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):
+    except (UnicodeDecodeError, MalformedJSON):
         return None
     return obj if isinstance(obj, dict) else None
 

@@ -35,6 +35,7 @@ from retimer.wire.protocols.gemini_sse import (
     piece_response,
     wants_sse,
 )
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.repeats import SoFar
 
 __all__ = ["GeminiJSONArrayAdapter"]
@@ -209,7 +210,7 @@ class GeminiJSONArrayAdapter(Adapter):
         body = raw[prefix_len:]
         try:
             obj = jsontext.loads(body.decode("utf-8"))
-        except (ValueError, RecursionError):
+        except (UnicodeDecodeError, MalformedJSON):
             self._note("an array element that is not JSON")
             return Event(raw=raw)
         if not isinstance(obj, dict):

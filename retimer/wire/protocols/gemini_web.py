@@ -33,6 +33,7 @@ from urllib.parse import parse_qsl
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import request_path
 
 __all__ = ["GeminiWebAdapter"]
@@ -202,7 +203,7 @@ class GeminiWebAdapter(Adapter):
                     and isinstance(entry[2], str)):
                 return Event(raw=raw)
             inner = jsontext.loads(entry[2])
-        except (ValueError, RecursionError):
+        except MalformedJSON:
             return Event(raw=raw)
         candidates = inner[4] if isinstance(inner, list) and len(inner) > 4 else None
         candidate = candidates[0] if isinstance(candidates, list) and candidates else None

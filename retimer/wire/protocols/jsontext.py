@@ -2,8 +2,9 @@
 
 A split event is parsed and re-serialised, so a value that Python would write back differently
 in kind must keep the event whole: a number beyond a double's range parses to `inf` and would
-come back as `Infinity`, which no strict JSON parser accepts. Such text raises ValueError here,
-and the adapters pass the event on unchanged, as they do any malformed event.
+come back as `Infinity`, which no strict JSON parser accepts. Such text raises MalformedJSON
+here, as does text that is not JSON or is nested too deep to parse, and the adapters pass the
+event on unchanged, as they do any malformed event.
 """
 
 from __future__ import annotations
@@ -12,16 +13,27 @@ import json
 import math
 from typing import Any
 
-__all__ = ["loads"]
+from retimer.wire.errors import MalformedJSON
+
+__all__ = ["MalformedJSON", "loads"]
 
 
 def _float(literal: str) -> float:
     value = float(literal)
     if math.isinf(value):
-        raise ValueError(f"the number {literal[:24]} is beyond a double's range")
+        raise MalformedJSON(f"the number {literal[:24]} is beyond a double's range")
     return value
 
 
 def loads(text: str | bytes) -> Any:
-    """json.loads, refusing numbers that would not survive a round trip as JSON numbers."""
-    return json.loads(text, parse_float=_float)
+    """json.loads, refusing numbers that would not survive a round trip as JSON numbers.
+
+    Raises MalformedJSON (an AdapterError) for anything it cannot read: bad JSON, bytes that
+    are not text, nesting too deep for the parser.
+    """
+    try:
+        return json.loads(text, parse_float=_float)
+    except MalformedJSON:
+        raise
+    except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
+        raise MalformedJSON(str(e)) from e

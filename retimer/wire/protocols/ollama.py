@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from retimer.wire.ndjson import NDJSONLine, NDJSONParser, is_ndjson
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps, request_path
 
 __all__ = ["OllamaAdapter"]
@@ -81,7 +82,7 @@ class OllamaAdapter(Adapter):
             return Event(raw=line.raw)
         try:
             obj = jsontext.loads(line.text.lstrip("\ufeff"))
-        except (ValueError, RecursionError):
+        except MalformedJSON:
             self._note("a line that is not JSON")
             return Event(raw=line.raw)
         if not isinstance(obj, dict):
@@ -103,7 +104,7 @@ class OllamaAdapter(Adapter):
             if isinstance(value, str) and value:
                 texts.append((channel, value))
                 keys.append(key)
-        tool_args = _tool_args(message.get("tool_calls")) if in_message else ""
+        tool_args = _tool_args(message.get("tool_calls")) if isinstance(message, dict) else ""
         if tool_args:
             texts.append((Channel.TOOL_ARGS, tool_args))
             return Event(raw=line.raw, texts=tuple(texts), atomic=True)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
 SSE_KEEPALIVE = b": keep-alive\n\n"
@@ -56,7 +57,7 @@ class SSEJSONAdapter(Adapter):
             return Event(raw=sse.raw)
         try:
             obj = jsontext.loads(sse.data)
-        except (ValueError, RecursionError):
+        except MalformedJSON:
             self._note("an event whose data is not JSON")
             return Event(raw=sse.raw)
         if not isinstance(obj, dict):

@@ -23,11 +23,18 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols import jsontext
-from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.base import Adapter, AdapterError, Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps
 
-__all__ = ["WebSocketMessageAdapter", "decode_messages", "encode_message", "is_llm_websocket_path"]
+__all__ = [
+    "BrokenRecord",
+    "WebSocketMessageAdapter",
+    "decode_messages",
+    "encode_message",
+    "is_llm_websocket_path",
+]
 
 _HEADER = struct.Struct(">cI")  # b"t" (text) or b"b" (binary), payload length
 _TEXT, _BINARY = b"t", b"b"
@@ -54,22 +61,26 @@ _SEQ_RE = re.compile(rb'"sequence_number"(\s*:\s*)(\d+)')
 _LLM_WS_PATH = re.compile(r"/realtime\b|BidiGenerateContent|/v1/responses\b|/backend-api/", re.I)
 
 
+class BrokenRecord(AdapterError):
+    """Bytes that are not a sequence of whole internal message records."""
+
+
 def encode_message(payload: bytes, *, is_text: bool) -> bytes:
     """One WebSocket message as an internal record (type, length, payload)."""
     return _HEADER.pack(_TEXT if is_text else _BINARY, len(payload)) + payload
 
 
 def decode_messages(data: bytes) -> list[tuple[bytes, bool]]:
-    """Records back into (payload, is_text) messages; raises ValueError on a broken record."""
+    """Records back into (payload, is_text) messages; raises BrokenRecord on a broken one."""
     out: list[tuple[bytes, bool]] = []
     pos, size = 0, len(data)
     while pos < size:
         if size - pos < _HEADER.size:
-            raise ValueError("truncated WebSocket record header")
+            raise BrokenRecord("truncated WebSocket record header")
         kind, length = _HEADER.unpack_from(data, pos)
         start = pos + _HEADER.size
         if kind not in (_TEXT, _BINARY) or start + length > size:
-            raise ValueError("broken WebSocket record")
+            raise BrokenRecord("broken WebSocket record")
         out.append((data[start : start + length], kind == _TEXT))
         pos = start + length
     return out
@@ -148,7 +159,7 @@ class WebSocketMessageAdapter(Adapter):
         try:
             text = payload.decode("utf-8")
             obj = jsontext.loads(text)
-        except (ValueError, RecursionError):
+        except (UnicodeDecodeError, MalformedJSON):
             return self._estimated(record, payload, upstream_size)
         if not isinstance(obj, dict):
             return self._estimated(record, payload, upstream_size)
