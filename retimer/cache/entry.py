@@ -42,7 +42,8 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qsl
 
-from retimer.records.writer import redact_url
+from retimer.records.redact import redact_url
+from retimer.wire.request import RequestBody
 
 __all__ = [
     "CHATGPT_VOLATILE_FIELDS",
@@ -148,14 +149,13 @@ def _chatgpt_canonical(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def canonical_body(body: bytes, path: str) -> Any:
+def canonical_body(body: RequestBody | bytes, path: str) -> Any:
     """The body as it counts for the key: JSON without volatile fields, else its bytes' hash."""
-    stripped = body.lstrip()
-    if stripped[:1] in (b"{", b"["):
-        try:
-            obj = json.loads(body)
-        except ValueError:
-            obj = None
+    request = RequestBody.of(body)
+    if request.raw.lstrip()[:1] in (b"{", b"["):
+        if request.too_deep:  # as before the shared parse: no key, the caller's hook fails
+            raise RecursionError("the request body nests deeper than the JSON parser follows")
+        obj = request.value
         if isinstance(obj, dict):
             obj = {k: v for k, v in obj.items() if k not in VOLATILE_FIELDS}
             if _CHATGPT_PATH.search(path.split("?", 1)[0]):
@@ -163,12 +163,12 @@ def canonical_body(body: bytes, path: str) -> Any:
             return {"json": obj}
         if isinstance(obj, list):
             return {"json": obj}
-    return {"sha256": hashlib.sha256(body).hexdigest()}
+    return {"sha256": hashlib.sha256(request.raw).hexdigest()}
 
 
 def cache_key(
     method: str, scheme: str, host: str, port: int, path: str,
-    headers: Mapping[str, str], body: bytes,
+    headers: Mapping[str, str], body: RequestBody | bytes,
 ) -> str:
     """sha256 hex of what makes a request the same request; `headers` has lower-case names."""
     path_only, _, query = path.partition("?")

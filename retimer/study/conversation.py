@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from retimer.wire.hosts import is_llm_host
+from retimer.wire.media import AMAZON_EVENT_STREAM, EVENT_STREAM, JSON, NDJSON, TEXT
 from retimer.wire.protocols import find_adapter
 from retimer.wire.protocols.base import RequestShape
 from retimer.wire.protocols.websocket import is_llm_websocket_path
 
 __all__ = ["ConversationId", "conversation_key", "is_unit_request", "response_links"]
 
-_CANDIDATE_TYPES = ("text/event-stream", "application/x-ndjson", "application/json",
-                    "application/vnd.amazon.eventstream", "text/plain")
+_CANDIDATE_TYPES = (EVENT_STREAM, NDJSON, JSON, AMAZON_EVENT_STREAM, TEXT)
 _CLAUDE = re.compile(r"/chat_conversations/([^/?#]+)/")
 _CHATGPT = re.compile(r"/backend-(?:api|anon)/(?:f/)?conversation\Z")
 _RESPONSES = re.compile(r"/responses\Z")
@@ -60,14 +60,6 @@ def is_unit_request(shape: RequestShape, websocket: bool = False) -> bool:
 def _digest(obj: object) -> str:
     text = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-
-def _json(body: bytes) -> dict[str, Any] | None:
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 def _text_id(value: object) -> str | None:
@@ -109,7 +101,7 @@ def conversation_key(shape: RequestShape) -> ConversationId:
     m = _CLAUDE.search(path)
     if m:
         return ConversationId(f"claude:{m.group(1)}")
-    body = _json(shape.body)
+    body = shape.parsed_body.object  # parsed once, shared with the adapters' `accepts`
     if body is None:
         return ConversationId(f"body:{hashlib.sha256(shape.body).hexdigest()[:32]}")
     if _CHATGPT.search(path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 
+from retimer.wire.media import EVENT_STREAM
 from retimer.wire.protocols import find_adapter
 from retimer.wire.protocols.base import RequestShape
 
@@ -26,7 +27,7 @@ def is_llm_call(request: RequestShape, content_type: str, llm_host: bool) -> boo
     ctype = content_type.lower()
     if not any(t in ctype for t in _JSON_TYPES):
         return False
-    return llm_host or find_adapter(request, "text/event-stream") is not None
+    return llm_host or find_adapter(request, EVENT_STREAM) is not None
 
 
 def timing_line(body: bytes) -> bytes | None:

@@ -11,16 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["NDJSONLine", "NDJSONParser", "is_ndjson"]
+from retimer.wire.media import is_ndjson
 
-_NDJSON_TYPES = frozenset({
-    "application/x-ndjson",
-    "application/ndjson",
-    "application/jsonl",
-    "application/x-jsonl",
-    "application/jsonlines",
-    "application/json-seq",
-})
+__all__ = ["NDJSONLine", "NDJSONParser", "is_ndjson"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,7 +76,3 @@ def _line(raw: bytes) -> NDJSONLine:
         text = None
     return NDJSONLine(raw=raw, text=text, newline=newline)
 
-
-def is_ndjson(content_type: str) -> bool:
-    """True for the NDJSON / JSON Lines media types, whatever their parameters and case."""
-    return content_type.split(";", 1)[0].strip().lower() in _NDJSON_TYPES

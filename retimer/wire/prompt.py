@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from retimer.wire.request import RequestBody
 from retimer.wire.tokenizer import count_tokens
 
 __all__ = ["BUDGET_CHARS", "MEDIA_TOKENS", "MESSAGE_OVERHEAD", "PromptCache", "PromptInfo",
@@ -128,48 +128,6 @@ def _count(leaves: list[str | int], fraction: float) -> int:
     return other + (_sampled_count(" ".join(texts), fraction) if texts else 0)
 
 
-def _positive_int(value: Any) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return int(value) if math.isfinite(value) and value > 0 else None
-
-
-def _get(body: dict[str, Any], *path: str) -> Any:
-    cur: Any = body
-    for key in path:
-        if not isinstance(cur, dict):
-            return None
-        cur = cur.get(key)
-    return cur
-
-
-def _max_output(body: dict[str, Any]) -> int | None:
-    """The first positive hint: OpenAI, Responses, Anthropic, Gemini, Ollama, Bedrock."""
-    for path in (("max_completion_tokens",), ("max_output_tokens",), ("max_tokens",),
-                 ("generationConfig", "maxOutputTokens"), ("generation_config",
-                 "max_output_tokens"), ("options", "num_predict"), ("inferenceConfig",
-                 "maxTokens"), ("parameters", "max_new_tokens")):
-        if (v := _positive_int(_get(body, *path))) is not None:
-            return v
-    return None
-
-
-def _reasoning_budget(body: dict[str, Any]) -> int | None:
-    """Anthropic thinking.budget_tokens or Gemini thinkingBudget; 0 means thinking is off."""
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict):
-        if thinking.get("type") == "disabled":
-            return 0
-        if (v := _positive_int(thinking.get("budget_tokens"))) is not None:
-            return v
-    for path in (("generationConfig", "thinkingConfig", "thinkingBudget"),
-                 ("generation_config", "thinking_config", "thinking_budget")):
-        v = _get(body, *path)
-        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
-            return v
-    return None
-
-
 class _Json:
     """A preamble part counted as its JSON text: tool schemas reach the model as text, keys
     and types included."""
@@ -207,7 +165,7 @@ def _hash(prev: bytes, part: Any) -> bytes:
     return hashlib.blake2b(prev + data.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-def estimate_prompt(body: bytes | str | None, scope: str = "") -> PromptInfo:
+def estimate_prompt(body: RequestBody | bytes | str | None, scope: str = "") -> PromptInfo:
     """Estimate a request body's prompt tokens, max-output hint and cacheable prefixes.
 
     `scope` separates caches (pass the host and model path: prefixes only match within it).
@@ -215,26 +173,26 @@ def estimate_prompt(body: bytes | str | None, scope: str = "") -> PromptInfo:
     `system`+`messages`, Gemini `contents`/`systemInstruction`, Ollama `messages`/`prompt`;
     other JSON counts all its strings; non-JSON text counts as text; binary counts 0.
     """
-    if not body:
+    request = RequestBody.of(body)
+    if not request.raw:
         return PromptInfo(0, "empty")
-    if isinstance(body, bytes):
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            return PromptInfo(0, "binary")
-    else:
-        text = body
+    text = request.text
+    if text is None:
+        return PromptInfo(0, "binary")
     try:
-        return _estimate_json(json.loads(text), scope)
-    except (ValueError, RecursionError):  # not JSON, or nested too deep to walk
-        return PromptInfo(estimate_text_tokens(text, min(1.0, BUDGET_CHARS / len(text))), "text")
+        if request.json_text:
+            return _estimate_json(request, scope)
+    except (ValueError, RecursionError):  # nested too deep to walk
+        pass
+    return PromptInfo(estimate_text_tokens(text, min(1.0, BUDGET_CHARS / len(text))), "text")
 
 
-def _estimate_json(data: Any, scope: str) -> PromptInfo:
+def _estimate_json(request: RequestBody, scope: str) -> PromptInfo:
+    data = request.value
     if not isinstance(data, dict):
         return PromptInfo(_count(_leaves(data), _fraction([_leaves(data)])), "generic")
     api, preamble, messages = _segments(data)
-    model = data.get("model") if isinstance(data.get("model"), str) else None
+    model = request.model
     overhead = MESSAGE_OVERHEAD if api in ("chat", "gemini", "responses") else 0
     parts = ([preamble] if preamble else []) + messages
     leaves = [[x for p in preamble for x in _leaves(p)]] if preamble else []
@@ -248,7 +206,7 @@ def _estimate_json(data: Any, scope: str) -> PromptInfo:
         total += _count(group, fraction) + (overhead if is_message else 0)
         h = _hash(h, part)
         prefixes.append((total, h))
-    return PromptInfo(total, api, _max_output(data), _reasoning_budget(data), model,
+    return PromptInfo(total, api, request.max_output_tokens, request.reasoning_budget, model,
                       tuple(prefixes))
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from retimer.wire.media import is_event_stream
+
 __all__ = ["CR", "CRLF", "LF", "SSEEvent", "SSEParser", "format_event", "is_event_stream"]
 
 LF = "\n"
@@ -227,7 +229,3 @@ def format_event(
         lines.append(f"retry: {retry}")
     return (newline.join(lines) + newline + newline).encode("utf-8")
 
-
-def is_event_stream(content_type: str) -> bool:
-    """True for `text/event-stream`, whatever its parameters and case."""
-    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any, ClassVar
 
 from retimer.wire.errors import AdapterError
+from retimer.wire.request import RequestBody
 
 __all__ = ["Adapter", "AdapterError", "Channel", "Event", "RequestShape", "check_split"]
 
@@ -59,13 +60,22 @@ class Event:
 
 @dataclass(slots=True, frozen=True)
 class RequestShape:
-    """What an adapter may look at to decide whether it handles a flow (no mitmproxy types)."""
+    """What an adapter may look at to decide whether it handles a flow (no mitmproxy types).
+
+    `parsed_body` wraps `body` once, so the adapters asked in turn (and the study) share one
+    JSON parse of it, made only if one of them looks.
+    """
 
     method: str
     host: str
     path: str  # path with query string
     headers: Mapping[str, str]  # lower-cased names
     body: bytes
+    parsed_body: RequestBody = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        content_type = self.headers.get("content-type", "")
+        object.__setattr__(self, "parsed_body", RequestBody(self.body, content_type))
 
 
 class Adapter(ABC):

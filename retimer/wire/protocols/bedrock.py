@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from retimer.wire.eventstream import EventStreamFramer, Frame
+from retimer.wire.media import JSON, is_amazon_event_stream
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps, request_path
 
-__all__ = ["BedrockEventStreamAdapter", "is_amazon_event_stream"]
+__all__ = ["BedrockEventStreamAdapter"]
 
 _PATH = re.compile(r"/model/.+/(?:converse-stream|invoke-with-response-stream)\Z")
 _PAD = "p"
@@ -64,11 +65,6 @@ _ANTHROPIC_EVENTS = frozenset({
 _TITAN_FIRST = ("inputTextTokenCount",)  # null on every piece but the first
 _TITAN_LAST = ("totalOutputTextTokenCount", "completionReason")  # null but on the last
 _TITAN_LAST_ONLY = ("amazon-bedrock-invocationMetrics",)  # absent but on the last
-
-
-def is_amazon_event_stream(content_type: str) -> bool:
-    """True for `application/vnd.amazon.eventstream` (parameters and case ignored)."""
-    return content_type.split(";", 1)[0].strip().lower() == "application/vnd.amazon.eventstream"
 
 
 @dataclass(slots=True, frozen=True)
@@ -163,7 +159,7 @@ class BedrockEventStreamAdapter(Adapter):
         if frame.header(":message-type") in ("exception", "error"):
             self._api_error = True
         if frame.header(":message-type") != "event" or frame.header(":content-type") not in (
-            None, "application/json"
+            None, JSON
         ):
             return Event(raw=frame.raw)
         kind = frame.header(":event-type")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any, ClassVar
 
+from retimer.wire.media import is_json
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
 from retimer.wire.protocols.gemini_sse import (
@@ -63,10 +64,6 @@ class _Target:
     part: GeminiTextPart
 
 
-def _is_json_content_type(content_type: str) -> bool:
-    return content_type.split(";", 1)[0].strip().lower() == "application/json"
-
-
 class GeminiJSONArrayAdapter(Adapter):
     """Adapter for `models/*:streamGenerateContent` answered with a streamed JSON array."""
 
@@ -79,7 +76,7 @@ class GeminiJSONArrayAdapter(Adapter):
             request.method.upper() == "POST"
             and is_stream_generate(request.path)
             and not wants_sse(request.path)
-            and _is_json_content_type(content_type)
+            and is_json(content_type)
         )
 
     def __init__(self) -> None:

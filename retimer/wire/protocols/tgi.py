@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, request_path
+from retimer.wire.request import RequestBody
 from retimer.wire.sse import SSEEvent, is_event_stream
 
 __all__ = ["TGIGenerateStreamAdapter"]
@@ -38,7 +38,7 @@ class TGIGenerateStreamAdapter(SSEJSONAdapter):
         """POST to .../generate_stream, or a TGI-shaped streaming body, answered with SSE."""
         if request.method.upper() != "POST" or not is_event_stream(content_type):
             return False
-        return request_path(request.path).endswith("/generate_stream") or _tgi_body(request.body)
+        return request_path(request.path).endswith("/generate_stream") or _tgi_body(request.parsed_body)
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
         token = obj.get("token")
@@ -54,12 +54,9 @@ class TGIGenerateStreamAdapter(SSEJSONAdapter):
         raise NotImplementedError("TGI token events are not split")
 
 
-def _tgi_body(body: bytes) -> bool:
-    """A text-generation request body: `{"inputs": "...", "stream": true, ...}`."""
-    if not body.lstrip().startswith(b"{"):
+def _tgi_body(body: RequestBody) -> bool:
+    """A text-generation request body: `{"inputs": "...", "stream": true, ...}` (as JSON the
+    adapters can write back: no number beyond a double's range, see jsontext)."""
+    if not body.raw.lstrip().startswith(b"{"):
         return False
-    try:
-        obj = jsontext.loads(body)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(obj, dict) and isinstance(obj.get("inputs"), str) and obj.get("stream") is True
+    return body.double_range and isinstance(body.get("inputs"), str) and body.stream
