@@ -30,7 +30,7 @@ from retimer.wire.protocols.repeats import SoFar
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
 
-__all__ = ["OpenAIChatAdapter"]
+__all__ = ["NULL_UNTIL_LAST", "OpenAIChatAdapter", "item_index"]
 
 _DELTA_TEXT_FIELDS: dict[str, Channel] = {
     "content": Channel.TEXT,
@@ -41,7 +41,7 @@ _DELTA_TEXT_FIELDS: dict[str, Channel] = {
 _REASONING_FIELDS = ("reasoning", "reasoning_content")
 _DETAIL_TEXT_FIELDS = {"reasoning.text": "text", "reasoning.summary": "summary"}
 # Choice fields that say "this is where the choice ends"; null on every piece but the last.
-_NULL_UNTIL_LAST = frozenset(
+NULL_UNTIL_LAST = frozenset(
     {"finish_reason", "logprobs", "native_finish_reason", "stop_reason", "matched_stop"}
 )
 _MAX_LIST_DEPTH = 8
@@ -121,7 +121,7 @@ def _scan_chunk(sse: SSEEvent, obj: dict[str, Any], seen: SoFar | None = None) -
 def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, Any], scan: _Scan) -> None:
     """Scan one choice's delta, counting mirrored strings once."""
     reasoning_mirrors = _reasoning_mirror(delta)
-    choice = _index(obj["choices"][ci], ci)
+    choice = item_index(obj["choices"][ci], ci)
     for key, value in delta.items():
         channel = _DELTA_TEXT_FIELDS.get(key)
         if channel is not None:
@@ -141,7 +141,7 @@ def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, An
                 fn = call.get("function") if isinstance(call, dict) else None
                 args = fn.get("arguments") if isinstance(fn, dict) else None
                 if isinstance(args, str) and args:
-                    scan.add((choice, "tool", _index(call, ti)), Channel.TOOL_ARGS, args)
+                    scan.add((choice, "tool", item_index(call, ti)), Channel.TOOL_ARGS, args)
                     scan.target = _Target(sse, obj, ci, key, tool=ti)
                     if not isinstance(call.get("index"), int):
                         scan.atomic = True  # no index: clients cannot merge continuation pieces
@@ -150,7 +150,7 @@ def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, An
         _scan_details(ci, details, delta, scan)
 
 
-def _index(item: dict[str, Any], position: int) -> int:
+def item_index(item: dict[str, Any], position: int) -> int:
     """The `index` an item names (a choice, a tool call), else its position."""
     index = item.get("index")
     return index if type(index) is int else position
@@ -231,7 +231,7 @@ def _choice(t: _Target, choice: dict[str, Any], piece: str, *, first: bool, last
             out[key] = _delta(t, value, piece, first=first)
         elif key == "index" or last:
             out[key] = value
-        elif key in _NULL_UNTIL_LAST or value is None:
+        elif key in NULL_UNTIL_LAST or value is None:
             out[key] = None
         # other fields (content_filter_results, token_ids, ...) wait for the last piece
     return out

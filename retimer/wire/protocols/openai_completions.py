@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
-from retimer.wire.protocols.openai_chat import _NULL_UNTIL_LAST, OpenAIChatAdapter, _index
+from retimer.wire.protocols.openai_chat import NULL_UNTIL_LAST, OpenAIChatAdapter, item_index
 from retimer.wire.protocols.sse_json import posts_event_stream, request_path
 from retimer.wire.sse import SSEEvent
 
@@ -63,7 +63,7 @@ class OpenAICompletionsAdapter(OpenAIChatAdapter):
                 continue
             text = choice.get("text")
             if isinstance(text, str) and text:
-                text, again = self._seen.new((_index(choice, ci), "text"), text)
+                text, again = self._seen.new((item_index(choice, ci), "text"), text)
                 repeated = repeated or again
                 if text:
                     texts.append((Channel.TEXT, text))
@@ -104,7 +104,7 @@ def _choice(choice: dict[str, Any], piece: str, *, last: bool) -> dict[str, Any]
             out[key] = piece
         elif key == "index" or last:
             out[key] = value
-        elif key in _NULL_UNTIL_LAST or value is None:
+        elif key in NULL_UNTIL_LAST or value is None:
             out[key] = None
         # other fields (token_ids, prompt_logprobs, ...) wait for the last piece
     return out
