@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from retimer.records.writer import RecordLog, redact_url
+from retimer.records.redact import redact_url
+from retimer.records.writer import RecordLog
 from retimer.wire.hosts import allow_hosts, host_pattern, is_llm_host
 
 

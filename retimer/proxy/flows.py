@@ -14,7 +14,7 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ReverseMode
 
 from retimer.profile.model import Profile
-from retimer.records.writer import redact_url
+from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
 
 RECORD_KEY = "retimer_record"  # flow.metadata: extra fields for this flow's record

@@ -1,34 +1,18 @@
 """Log records: one JSON line per re-timed stream, with no secret ever written.
 
-Only the URL (with secret-looking query values redacted), the protocol and timing figures go
-into a record: never request headers, cookies, bodies or authorization values.
+Only the URL (redacted by `retimer.records.redact.redact_url`), the protocol and timing figures
+go into a record: never request headers, cookies, bodies or authorization values.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 from pathlib import Path
 from typing import Any, TextIO
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 logger = logging.getLogger("retimer")
-_SECRET_PARAM = re.compile(r"key|token|auth|secret|sig|password|session|cred", re.IGNORECASE)
-
-
-def redact_url(url: str) -> str:
-    """The URL without credentials, and with secret-looking query values (Gemini's `key=`)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    query = parts.query
-    if query:
-        query = urlencode([
-            (k, "REDACTED" if _SECRET_PARAM.search(k) else v)
-            for k, v in parse_qsl(query, keep_blank_values=True)
-        ])
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 class RecordLog:
