@@ -66,7 +66,7 @@ def test_release_sends_everything_held_now_then_passes_through():
     pacer = held_pacer(body[:half])
     first = pacer.pop_due(0.5)  # the role event goes at once
     assert pacer.next_due() == pytest.approx(10.0)  # TTFT holds every token
-    pacer.release("1000 bytes held > 999 per stream", 0.5)
+    pacer.cap_reached("1000 bytes held > 999 per stream", 0.5)
     assert pacer.failure is not None and pacer.failure.startswith(CAP_PREFIX)
     first += pacer.pop_due(0.5)
     assert b"".join(e.data for e in first) and pacer.pop_due(0.5) == []
@@ -82,7 +82,7 @@ def test_release_drops_the_cache_copy():
     pacer.captured = bytearray()
     pacer.feed(make_openai_stream("a b c"), 0.2)
     assert pacer.buffered > len(pacer.captured) > 0
-    pacer.release("cap", 0.3)
+    pacer.cap_reached("cap", 0.3)
     assert pacer.captured is None
 
 
@@ -141,7 +141,7 @@ def test_a_body_shorter_than_a_bom_still_arrives():
 
 def test_idle_keepalive_never_follows_a_parse_failure():
     pacer = held_pacer(make_openai_stream("one two"))
-    pacer.release("cap", 0.2)
+    pacer.cap_reached("cap", 0.2)
     pacer.feed(b"data: {", 0.3)
     pacer.pop_due(0.2)
     assert pacer.idle(1.0) == []
@@ -152,7 +152,7 @@ def test_idle_ndjson_has_no_keepalive_but_may_release_early():
     pacer = StreamPacer(OllamaAdapter(), FixedTiming(), 0.0)
     pacer.feed(body, 0.1)
     assert pacer.idle(1.0) == []  # no keep-alive form, no release asked
-    (early,) = pacer.idle(1.0, release=True)
+    (early,) = pacer.idle(1.0, release_early=True)
     assert early.tokens and body.startswith(early.data) and pacer.released_early == 1
     pacer.finish(0.2)
     rest = pacer.pop_due(float("inf"))

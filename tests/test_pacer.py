@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 
@@ -9,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retimer.timing.pacer import StreamPacer
-from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.timing.pacer import PacerState, StreamPacer
+from retimer.wire.protocols.base import Adapter, AdapterError, Channel, Event, RequestShape
 from retimer.wire.tokenizer import split_tokens
 
 
@@ -195,6 +196,60 @@ def test_adapter_failure_falls_back_to_passthrough_without_losing_bytes() -> Non
     assert pacer.failure is not None and "boom" in pacer.failure
     dues = [e.due for e in out]
     assert dues == sorted(dues)
+
+
+class FailingAdapter(LineAdapter):
+    """Fails on the first bytes with the given exception."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def feed(self, data: bytes) -> list[Event]:
+        raise self.error
+
+
+def passed_through(error: Exception) -> tuple[StreamPacer, bytes]:
+    pacer = StreamPacer(FailingAdapter(error), FixedTiming(0.5, 0.01), start=0.0)
+    for i, chunk in enumerate(BODY.split(b" ")):
+        pacer.feed(chunk + b" ", now=float(i))
+    pacer.finish(now=20.0)
+    return pacer, b"".join(e.data for e in drain(pacer))
+
+
+def test_an_adapter_bug_passes_the_stream_through_unchanged_and_logs_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="retimer")
+    pacer, sent = passed_through(RuntimeError("bug"))
+    assert sent == b"".join(chunk + b" " for chunk in BODY.split(b" "))
+    assert pacer.state is PacerState.UNPARSED and pacer.fallback == "RuntimeError: bug"
+    [record] = [r for r in caplog.records if r.exc_info is not None]
+    assert record.levelno == logging.ERROR and "lines adapter" in record.getMessage()
+    assert "RuntimeError: bug" in caplog.text and "Traceback" in caplog.text
+
+
+@pytest.mark.parametrize("error", [AdapterError("not lines"), ValueError("not lines")])
+def test_input_the_adapter_cannot_read_passes_through_without_a_traceback(
+    error: Exception, caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="retimer")
+    pacer, sent = passed_through(error)
+    assert sent == b"".join(chunk + b" " for chunk in BODY.split(b" "))
+    assert pacer.state is PacerState.UNPARSED and pacer.fallback is not None
+    assert "not lines" in pacer.fallback
+    assert not [r for r in caplog.records if r.exc_info is not None]
+
+
+def test_a_cap_stops_pacing_once_and_says_so() -> None:
+    pacer = StreamPacer(LineAdapter(), FixedTiming(5.0, 1.0), start=0.0)
+    pacer.feed(BODY, now=0.1)
+    assert pacer.state is PacerState.PACING and pacer.holding
+    pacer.cap_reached("too much", now=0.2)
+    assert pacer.state is PacerState.CAPPED and pacer.fallback == "buffer cap: too much"
+    assert all(e.due <= 0.2 for e in pacer.pop_due(0.2)) and pacer.pending == 0
+    pacer.cap_reached("again", now=0.3)  # a second cap changes nothing
+    assert pacer.state is PacerState.CAPPED and pacer.fallback == "buffer cap: too much"
 
 
 def test_gzip_body_is_decoded_before_parsing() -> None:

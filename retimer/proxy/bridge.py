@@ -427,7 +427,7 @@ def _check_caps(self: Any, paced: PacedFlow, now: float) -> None:
         reason = f"{total} bytes held by all streams > {settings.max_total_buffer}"
     else:
         return
-    paced.pacer.release(reason, now)
+    paced.pacer.cap_reached(reason, now)
     _account(paced)
     paced.warned = True
     logger.warning(

@@ -1,6 +1,7 @@
 """The timing model beyond TTFT and rate: prefill, prompt cache, context, reasoning, stalls.
 
-Why each piece (shared/notes/provider-timing.md): TTFT grows with the prompt (prefill) and
+Why each piece (docs/profiles.md, "The timing model"; each profile's `source` names the
+measurement or publication behind its numbers): TTFT grows with the prompt (prefill) and
 shrinks when a prefix is cached; decode slows as the context grows; reasoning models think in
 hidden tokens before the first visible one; streams sometimes stall; speculative decoding
 sends the tokens accepted in one step together. A profile holds these as frozen specs; one
@@ -137,7 +138,7 @@ class StallSampler:
 class StreamTiming:
     """The timing of one stream: TTFT fixed at the start, then a gap and chunk size per call.
 
-    Protocol (retimer.timing.scheduler.StreamTiming): `ttft`, `gap()` per token after the first
+    A `retimer.timing.scheduler.TokenClock`: `ttft`, `gap()` per token after the first
     network event, `chunk_size()` at the start of each network event. Speculative profiles
     give a step's whole wait to its first token's gap and 0 to the rest, so events keep a
     steady step cadence whatever their size.

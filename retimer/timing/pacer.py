@@ -5,36 +5,47 @@ consecutive tokens into network events of the profile's size (splitting upstream
 a group ends inside one), and gives each group the due time of its last token. Groups and
 non-token events stay in upstream order; the caller pops what is due and reports when it went.
 
-Faults and bounds are decided here too, without I/O: `abort` gives everything that arrived when
-the upstream broke, `release` turns the stream into pass-through (a buffer cap was reached),
-`buffered` says how many bytes the stream keeps, and `idle` says what may keep a client's
-connection alive while bytes are held (the adapter's keep-alive, or the next emission early).
+Faults and bounds are decided here too, without I/O, and `state` (a `PacerState`) says where
+the stream stands: the adapter failing turns it UNPARSED, `cap_reached` (a buffer cap) CAPPED,
+a body that cannot be decoded BROKEN; `abort` gives everything that arrived when the upstream
+broke off. `buffered` says how many bytes the stream keeps, and `idle` what may keep a
+client's connection alive while bytes are held: the adapter's keep-alive, or the next
+emission released early (the one thing "release" means here).
 """
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass
+import logging
+from collections.abc import Callable
+from enum import StrEnum
 
 from retimer.timing.metrics import StreamStats
-from retimer.timing.scheduler import PassthroughScheduler, Scheduler, StreamTiming
+from retimer.timing.outbox import Emission, Outbox
+from retimer.timing.scheduler import PassthroughScheduler, Scheduler, TokenClock
 from retimer.timing.strategy import SmoothPlan, Strategy
 from retimer.wire.encoding import Decoder
-from retimer.wire.protocols.base import Adapter, Channel, Event
+from retimer.wire.protocols.base import Adapter, AdapterError, Channel, Event
 from retimer.wire.tokenizer import split_tokens
 
-CAP_PREFIX = "buffer cap"  # how a `release` reason for a reached buffer cap begins
+__all__ = ["BOM", "CAP_PREFIX", "Emission", "PacerState", "StreamPacer"]
+
+logger = logging.getLogger(__name__)
+
+CAP_PREFIX = "buffer cap"  # how the `failure` of a CAPPED stream begins (records show it)
 BOM = b"\xef\xbb\xbf"
+# what an adapter raises for input it cannot read; ValueError until every adapter raises
+# AdapterError (its subclass). Anything else is a bug, logged with its traceback.
+EXPECTED_ADAPTER_ERRORS: tuple[type[Exception], ...] = (AdapterError, ValueError)
 
 
-@dataclass(slots=True)
-class Emission:
-    """Bytes that leave together at `due` (monotonic seconds)."""
+class PacerState(StrEnum):
+    """Where a stream stands. It starts PACING; UNPARSED and CAPPED pass the rest of the
+    stream through, and BROKEN, reachable from any state, ends it."""
 
-    due: float
-    data: bytes
-    tokens: int
-    channel: Channel | None
+    PACING = "pacing"  # the adapter reads events; they leave on the profile's clock
+    UNPARSED = "unparsed"  # the adapter could not read on: held bytes go now, the rest as it comes
+    CAPPED = "capped"  # a buffer cap was reached: likewise, on the caller's word
+    BROKEN = "broken"  # the body cannot be decoded: the caller ends the stream as broken
 
 
 class StreamPacer:
@@ -43,7 +54,7 @@ class StreamPacer:
     def __init__(
         self,
         adapter: Adapter,
-        timing: StreamTiming,
+        timing: TokenClock,
         start: float,
         *,
         passthrough: bool = False,
@@ -52,12 +63,13 @@ class StreamPacer:
         target_tps: float = 0.0,
         expected_tokens: int | None = None,
     ) -> None:
+        """`passthrough`: the profile adds no time (tokens leave as they arrive, still counted)."""
         self.adapter = adapter
         self.decoder = decoder
-        self.failure: str | None = None  # set when the stream fell back to pass-through
-        # set when the body cannot be decoded (corrupt or cut-off compression): the client can
-        # no longer decode it either, so the caller ends the stream as broken (`abort`)
-        self.broken: str | None = None
+        self.state = PacerState.PACING
+        # why the stream went through unparsed or unpaced (UNPARSED, CAPPED); kept if it breaks
+        self.failure: str | None = None
+        self.broken: str | None = None  # why the body cannot be decoded (BROKEN)
         self.captured: bytearray | None = None  # set to a bytearray to keep the decoded body
         self._unparsed = bytearray()  # bytes fed to the adapter that no event has covered yet
         self.timing = timing
@@ -66,21 +78,13 @@ class StreamPacer:
             PassthroughScheduler(timing, start) if passthrough else Scheduler(timing, start)
         )
         self.stats = StreamStats(start=start, target_ttft=timing.ttft)
-        self._queue: deque[Emission] = deque()
-        self._queued_bytes = 0  # bytes in _queue and _open: scheduled, not yet popped
+        self._outbox = Outbox(start)
         # the first decoded bytes while they may still be a UTF-8 BOM (None once settled): a
         # BOM leaves at once on its own, so nothing (a keep-alive, a split) can come before it
         self._lead: bytes | None = b""
-        self._sent_any = False
         self.keepalives = 0  # keep-alive comments sent while bytes were held
         self.released_early = 0  # emissions sent before their time to keep a client alive
-        self._last_due = start
-        self._finished = False
-        # the open network event: tokens gathered until the profile's chunk size is reached
-        self._open: list[bytes] = []
-        self._open_tokens = 0
-        self._open_due = 0.0
-        self._open_channel: Channel | None = None
+        self._ended = False
         self._chunk_left = 1 if passthrough else timing.chunk_size()
         # `smooth` and `replay` hold events back (with their arrival times) until they may go
         self.strategy = Strategy.LIVE if passthrough else strategy
@@ -95,13 +99,13 @@ class StreamPacer:
     def feed(self, data: bytes, now: float) -> None:
         """Upstream bytes arrived at `now`."""
         self.stats.upstream_bytes(now)
-        if self.broken is not None:
+        if self.state is PacerState.BROKEN:
             return
         if self.decoder is not None:
             try:
                 data = self.decoder.decode(data)
             except ValueError as e:
-                self.broken = str(e)
+                self._break(str(e))
                 return
         if self.captured is not None:
             self.captured += data
@@ -120,91 +124,101 @@ class StreamPacer:
             return b""
         self._lead = None
         if lead.startswith(BOM):
-            self._push(Emission(now, BOM, 0, None))
+            self._outbox.push(Emission(now, BOM, 0, None))
             return lead[len(BOM):]
         return lead
 
     def _parse(self, data: bytes, now: float) -> None:
-        if self.failure is None:
-            try:
-                self._unparsed += data
-                for event in self.adapter.feed(data):
-                    self._accept(event, now)
-                return
-            except Exception as e:
-                self._fail_open(e, now)
-                return
-        self._push(Emission(now, data, 0, None))
+        if self.state is PacerState.PACING:
+            self._unparsed += data
+            self._read(lambda: self._feed_adapter(data, now), now)
+        else:
+            self._outbox.push(Emission(now, data, 0, None))
+
+    def _read(self, step: Callable[[], None], now: float) -> None:
+        """Run `step`, which calls the adapter. If the adapter fails, parsing stops and the
+        client gets the bytes unchanged; a failure that is not the expected kind is a bug,
+        logged with its traceback."""
+        try:
+            step()
+        except EXPECTED_ADAPTER_ERRORS as e:
+            self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
+        except Exception as e:
+            logger.exception(f"retimer: the {self.adapter.name} adapter failed unexpectedly; "
+                             "passing the rest of the stream through unchanged")
+            self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
+
+    def _feed_adapter(self, data: bytes, now: float) -> None:
+        for event in self.adapter.feed(data):
+            self._accept(event, now)
+
+    def _end_adapter(self, now: float) -> None:
+        for event in self.adapter.end():
+            self._accept(event, now)
+        self._schedule_held(now)
 
     def finish(self, now: float) -> None:
         """The upstream ended cleanly at `now`: whatever is left goes out."""
-        if self._finished:
+        if self._ended:
             return
-        if self.decoder is not None and self.broken is None:
+        if self.decoder is not None and self.state is not PacerState.BROKEN:
             try:
                 self.decoder.end()
             except ValueError as e:
-                self.broken = str(e)
-        if self.broken is not None:
+                self._break(str(e))
+        if self.state is PacerState.BROKEN:
             return  # not a clean end after all: the caller aborts
         if self._lead:  # a body shorter than a BOM
             self._parse(self._settle_lead(b"", now, final=True), now)
-        self._finished = True
-        if self.failure is None:
-            try:
-                for event in self.adapter.end():
-                    self._accept(event, now)
-                self._release(now)
-            except Exception as e:
-                self._fail_open(e, now)
+        self._ended = True
+        if self.state is PacerState.PACING:
+            self._read(lambda: self._end_adapter(now), now)
         self._close_open()
 
-    def _fail_open(self, error: Exception, now: float) -> None:
-        """The stream cannot be parsed: send what is queued, then the rest as it came."""
-        self.failure = f"{type(error).__name__}: {error}"
+    def _stop_parsing(self, state: PacerState, reason: str, now: float) -> None:
+        """Parsing stops (the adapter failed, or a cap was reached): what is queued goes first,
+        then the bytes no event covered, then the rest as it comes."""
+        if self.state is not PacerState.BROKEN:  # a broken body stays broken
+            self.state = state
+        self.failure = reason
         self._held = None  # held events' bytes are still in _unparsed: they go out below
         self._close_open()
         if self._unparsed:
-            self._push(Emission(now, bytes(self._unparsed), 0, None))
+            self._outbox.push(Emission(now, bytes(self._unparsed), 0, None))
         self._unparsed.clear()
 
-    def release(self, reason: str, now: float) -> None:
+    def _break(self, reason: str) -> None:
+        self.state = PacerState.BROKEN
+        self.broken = reason
+
+    def cap_reached(self, reason: str, now: float) -> None:
         """Stop pacing (a buffer cap was reached: `reason` says which): everything held is due
         now, the rest passes as it comes, and the cache's copy is dropped (no entry is kept)."""
-        if self.failure is None:
-            self._fail_open(RuntimeError(), now)
-            self.failure = f"{CAP_PREFIX}: {reason}"
-        for e in self._queue:
-            e.due = min(e.due, now)
-        self._last_due = min(self._last_due, now)
+        if self.state is PacerState.PACING:
+            self._stop_parsing(PacerState.CAPPED, f"{CAP_PREFIX}: {reason}", now)
+        self._outbox.due_now(now)
         self.captured = None
 
     def abort(self, now: float) -> list[Emission]:
         """The upstream broke off: everything that arrived, in order, to send at once (held
         events, then a trailing partial event verbatim). The stream is over after this."""
-        if not self._finished:
+        if not self._ended:
             if self._lead:
                 self._parse(self._settle_lead(b"", now, final=True), now)
-            self._finished = True
-            if self.failure is None:
-                try:
-                    self._release(now)
-                except Exception as e:
-                    self._fail_open(e, now)
+            self._ended = True
+            if self._held is not None:
+                self._read(lambda: self._schedule_held(now), now)
             self._close_open()
             if self._unparsed:
-                self._push(Emission(now, bytes(self._unparsed), 0, None))
+                self._outbox.push(Emission(now, bytes(self._unparsed), 0, None))
                 self._unparsed.clear()
         return self.pop_all()
 
     def flush(self, now: float) -> list[Emission]:
         """Everything scheduled or held, now (the proxy is shutting down); a partial event
         stays until it completes. Later events are scheduled as they come: call again."""
-        if self.failure is None:
-            try:
-                self._release(now)
-            except Exception as e:
-                self._fail_open(e, now)
+        if self._held is not None:
+            self._read(lambda: self._schedule_held(now), now)
         return self.pop_all()
 
     # -- bounds and keep-alives ------------------------------------------------------------
@@ -212,20 +226,20 @@ class StreamPacer:
     def buffered(self) -> int:
         """Bytes this stream keeps: received and not yet popped, plus the cache's copy."""
         captured = len(self.captured) if self.captured is not None else 0
-        return self._queued_bytes + len(self._unparsed) + captured
+        return self._outbox.queued_bytes + len(self._unparsed) + captured
 
     @property
     def holding(self) -> bool:
         """Bytes have arrived that the client has not been given yet."""
-        return bool(self._queue or self._open or self._unparsed)
+        return not self._outbox.empty or bool(self._unparsed)
 
-    def idle(self, now: float, release: bool = False) -> list[Emission]:
+    def idle(self, now: float, release_early: bool = False) -> list[Emission]:
         """The client has had nothing for a while and bytes are held: keep it alive.
 
         The adapter's keep-alive (an SSE comment) when the format has one and it is safe here
         (parsing intact, and never before the body's first bytes are settled: they may be the
-        start of a BOM, which must come first); else, with `release`, the next held
-        emission early. [] when neither applies.
+        start of a BOM, which must come first); else, with `release_early`, the next held
+        emission before its time. [] when neither applies.
         """
         if not self.holding:
             return []
@@ -233,15 +247,14 @@ class StreamPacer:
         if data is not None and not self._lead:
             self.keepalives += 1
             return [Emission(now, data, 0, None)]
-        if not release:
+        if not release_early:
             return []
-        if not self._queue:
+        if not self._outbox.pending:
             self._close_open()
-        if not self._queue:
+        e = self._outbox.pop_next()
+        if e is None:
             return []
         self.released_early += 1
-        e = self._queue.popleft()
-        self._queued_bytes -= len(e.data)
         return [e]
 
     @property
@@ -251,9 +264,7 @@ class StreamPacer:
 
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
-        if self._queue:
-            return self._queue[0].due
-        return self._open_due if self._open else None
+        return self._outbox.next_due()
 
     def pop_due(self, until: float) -> list[Emission]:
         """Every emission due at or before `until`, in order.
@@ -261,41 +272,46 @@ class StreamPacer:
         A network event still waiting for tokens to fill it goes out when its last token is
         due: chunking groups tokens, it never holds them back.
         """
-        out: list[Emission] = []
-        queue = self._queue
-        if not queue and self._open and self._open_due <= until:
+        if self._outbox.due_by(until):
             self._close_open()
-        while queue and queue[0].due <= until:
-            e = queue.popleft()
-            self._queued_bytes -= len(e.data)
-            out.append(e)
-        return out
+        return self._outbox.pop_due(until)
 
     def pop_all(self) -> list[Emission]:
         self._close_open()
-        out = list(self._queue)
-        self._queue.clear()
-        self._queued_bytes = 0
-        return out
+        return self._outbox.pop_all()
 
     def sent(self, emissions: list[Emission], now: float) -> None:
         """The caller wrote `emissions` to the client at `now`."""
-        if emissions:
-            self._sent_any = True
         for e in emissions:
             if e.tokens:
                 self.stats.emitted(now, e.tokens, e.channel, e.due)
 
     @property
+    def ended(self) -> bool:
+        """The upstream has ended (cleanly, or broken off)."""
+        return self._ended
+
+    @property
     def done(self) -> bool:
         """The upstream has ended and nothing is left to send."""
-        return self._finished and not self._queue
+        return self._ended and not self._outbox.pending
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """Emissions scheduled and not yet popped (the open network event not counted)."""
+        return self._outbox.pending
 
-    # -- internals -----------------------------------------------------------------------
+    @property
+    def open_pieces(self) -> int:
+        """Pieces gathered in the network event still waiting for tokens to fill it."""
+        return self._outbox.open_pieces
+
+    @property
+    def unparsed_bytes(self) -> int:
+        """Bytes given to the adapter that no complete event has covered yet."""
+        return len(self._unparsed)
+
+    # -- scheduling ----------------------------------------------------------------------
     def _accept(self, event: Event, now: float) -> None:
         """An event arrived: schedule it now (live) or hold it (smooth, replay)."""
         held = self._held
@@ -306,9 +322,9 @@ class StreamPacer:
         if self.smooth is not None and event.texts:
             self.smooth.observe(now, len(split_tokens(event.text)))
             if self.smooth.ready(now):
-                self._release(now)
+                self._schedule_held(now)
 
-    def _release(self, now: float) -> None:
+    def _schedule_held(self, now: float) -> None:
         """Schedule the held events: smooth from its planned start, replay from the end."""
         held = self._held
         if held is None:
@@ -320,18 +336,18 @@ class StreamPacer:
                 self._event(event, arrival)
         else:
             for event, arrival in held:
-                self._event(event, arrival, release=now)
+                self._event(event, arrival, not_before=now)
 
-    def _event(self, event: Event, now: float, release: float | None = None) -> None:
-        """Schedule one event that arrived at `now`, not to leave before `release`."""
+    def _event(self, event: Event, now: float, not_before: float | None = None) -> None:
+        """Schedule one event that arrived at `now`, not to leave before `not_before`."""
         size = len(event.raw) if event.upstream_size is None else event.upstream_size
         del self._unparsed[:size]
         arrival = now
-        if release is not None:
-            now = max(now, release)
+        if not_before is not None:
+            now = max(now, not_before)
         if not event.texts or not event.text:
             self._close_open()
-            self._push(Emission(max(now, self._last_due), event.raw, 0, None))
+            self._outbox.push(Emission(max(now, self._outbox.last_due), event.raw, 0, None))
             return
         channel = event.texts[0][0]
         if channel is Channel.REASONING and not self.scheduler.started:
@@ -346,7 +362,7 @@ class StreamPacer:
                 # its tokens are decoded: only the first comes free with the first chunk
                 self.scheduler.end_first_chunk()
                 due = self.scheduler.token(now, len(tokens) - 1)
-            self._push(Emission(due, event.raw, len(tokens), channel))
+            self._outbox.push(Emission(due, event.raw, len(tokens), channel))
             self._new_chunk()
             return
         pieces: list[str] = []
@@ -372,13 +388,9 @@ class StreamPacer:
             dues.append(self.scheduler.last_due or now)
         datas = [event.raw] if len(pieces) == 1 else self.adapter.split(event, pieces)
         for data, n, close, due in zip(datas, piece_tokens, closes, dues, strict=True):
-            self._open.append(data)
-            self._queued_bytes += len(data)
-            self._open_tokens += n
-            self._open_due = due
-            self._open_channel = channel
+            self._outbox.add_piece(data, n, due, channel)
             if close:
-                self._close_open(partial=False)
+                self._outbox.close_open()  # its successor's size is drawn already
 
     def _visible_reasoning(self) -> None:
         """The stream shows its reasoning, paced token by token: no hidden thinking time."""
@@ -391,21 +403,7 @@ class StreamPacer:
         self.scheduler.end_first_chunk()
         self._chunk_left = 1 if self.passthrough else self.timing.chunk_size()
 
-    def _close_open(self, partial: bool = True) -> None:
-        if not self._open:
-            return
-        data = self._open[0] if len(self._open) == 1 else b"".join(self._open)
-        self._queued_bytes -= len(data)  # counted while open; _push counts it again
-        self._push(Emission(self._open_due, data, self._open_tokens, self._open_channel))
-        self._open = []
-        self._open_tokens = 0
-        if partial:
-            # a chunk cut short by a non-token event or the end: the next one starts afresh
+    def _close_open(self) -> None:
+        """A network event cut short by a non-token event or the end: the next starts afresh."""
+        if self._outbox.close_open():
             self._new_chunk()
-
-    def _push(self, emission: Emission) -> None:
-        if emission.due < self._last_due:
-            emission.due = self._last_due  # keep upstream order
-        self._last_due = emission.due
-        self._queue.append(emission)
-        self._queued_bytes += len(emission.data)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Protocol
 
 
-class StreamTiming(Protocol):
-    """One stream's draw from a profile (see `retimer.profile.model.Profile.stream_timing`)."""
+class TokenClock(Protocol):
+    """What the scheduler paces by: the first token's wait, then a gap per token and a size
+    per network event. `retimer.timing.model.StreamTiming` (a profile's draw for one stream,
+    see `retimer.profile.model.Profile.stream_timing`) is one; `NoTiming` adds nothing."""
 
     ttft: float
 
@@ -38,7 +40,7 @@ class Scheduler:
     __slots__ = ("_timing", "_start", "_last", "_in_first_chunk", "bound_s", "ttft_bound",
                  "not_before")
 
-    def __init__(self, timing: StreamTiming, start: float) -> None:
+    def __init__(self, timing: TokenClock, start: float) -> None:
         self._timing = timing
         self._start = start
         self._last: float | None = None
