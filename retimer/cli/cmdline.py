@@ -4,13 +4,14 @@ traceback, and a mistyped flag, command or value gets the nearest right one to t
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import shutil
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
+
+from retimer.timing.suggest import closest, did_you_mean
 
 # `retimer WORD`: the subcommands, for "did you mean" (cli.main dispatches them)
 COMMANDS = ("browser", "run", "env", "ca", "study", "export", "fit", "report", "profiles")
@@ -23,21 +24,6 @@ def fail(message: str, code: int = 2, *, prog: str = "retimer") -> NoReturn:
     """Print `PROG: error: MESSAGE` on stderr and exit with `code`."""
     print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(code)
-
-
-def closest(word: str, choices: Iterable[str]) -> str | None:
-    """The choice `word` was most likely a typo of, if any is close enough. Leading dashes
-    are left out of the comparison: every flag shares them, so they would make "--bogus"
-    look like "--host"."""
-    by_name = {c.lstrip("-") or c: c for c in choices}
-    found = difflib.get_close_matches(word.lstrip("-") or word, list(by_name), n=1, cutoff=0.6)
-    return by_name[found[0]] if found else None
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """"; did you mean X?" for a near miss, else ""."""
-    match = closest(word, choices)
-    return f"; did you mean {match}?" if match else ""
 
 
 def unknown_command(word: str) -> str:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from retimer.timing.suggest import did_you_mean
+
 
 class Strategy(StrEnum):
     LIVE = "live"
@@ -24,8 +26,6 @@ def parse_strategy(value: str) -> Strategy:
     try:
         return Strategy(value.strip().lower())
     except ValueError:
-        from retimer.cli.cmdline import did_you_mean
-
         names = [s.value for s in Strategy]
         hint = did_you_mean(value.strip().lower(), names)
         raise ValueError(f"--strategy: expected one of {', '.join(names)}, got {value!r}{hint}") from None
