@@ -17,8 +17,8 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from harness import pct
 
+from bench.harness import pct
 from retimer.profile.model import Profile
 from retimer.timing.distributions import GapSampler
 

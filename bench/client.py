@@ -1,6 +1,6 @@
 """The measuring client: a separate process that timestamps every read of a streamed response.
 
-Run by `bench/harness.py` as `python bench/client.py`; it reads one JSON job per line on stdin
+Run by `bench/harness.py` as `python -m bench.client` from the checkout; it reads one JSON job per line on stdin
 and writes one JSON result per line on stdout. Every timestamp is `time.monotonic()`
 (CLOCK_MONOTONIC, shared by every process on the machine), so the orchestrator can compare
 them with the upstream's write times and the proxy's records.
@@ -28,13 +28,11 @@ import json
 import ssl
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from retimer.wire.tokenizer import split_tokens  # noqa: E402
+from retimer.wire.tokenizer import split_tokens
 
 monotonic = time.monotonic
 TIMEOUT = httpx.Timeout(120.0)

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness import Client, FakeLLM
+from bench.harness import Client, FakeLLM, progress, retimer_proxy
 
 TPS = 50.0
 TTFT = "300ms"
@@ -49,8 +49,8 @@ CASES: tuple[tuple[str, str, str, str, str], ...] = (
 
 
 def _expected(fixture: str, shape: dict[str, str]) -> dict[str, str]:
-    from client import adapter_events  # the same counting the client process does
-    from upstream import load_fixture
+    from bench.client import adapter_events  # the same counting the client process does
+    from tests.upstream import load_fixture
 
     _, texts, _ = adapter_events([(0.0, load_fixture(fixture))], shape)
     return texts
@@ -64,16 +64,14 @@ def _tokens(texts: dict[str, str]) -> int:
 
 def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Any, seed: int) -> list[dict[str, Any]]:
     """One proxy, every format: client-side rate error, event sizes and text equality."""
-    from scenarios import _log, _retimer
-
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.05, None
     streams = getattr(plan, "format_streams", 2)
     rows = []
     args = ("--profile", "human-reading", "--tps", f"{TPS:g}", "--ttft", TTFT, "--jitter", "0",
             "--seed", str(seed))
-    with _retimer(tmp, "formats", *args) as proxy:
+    with retimer_proxy(tmp, "formats", *args) as proxy:
         for fmt, fixture, host, path, ctype in CASES:
-            _log(f"formats: {fmt} ({fixture}), {streams} streams")
+            progress(f"formats: {fmt} ({fixture}), {streams} streams")
             shape = {"method": "POST", "host": host, "path": path, "ctype": ctype}
             expected = _expected(fixture, shape)
             n_streams = max(streams, min(10, -(-200 // max(1, _tokens(expected)))))
@@ -100,7 +98,7 @@ def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Any, seed: int) -> l
                          "pooled_rate_err_pct": (gaps / span / TPS - 1) * 100 if span else None,
                          "max_event_tokens": most, "text_exact": exact})
         fake.clear()
-        _log(f"formats: websocket, {streams} turns")
+        progress(f"formats: websocket, {streams} turns")
         rows.append(websocket_row(proxy, seed, streams))
     return rows
 
@@ -110,10 +108,9 @@ def websocket_row(proxy: Any, seed: int, streams: int) -> dict[str, Any]:
     (deltas of 1-4 words); the client in this process timestamps every message it receives."""
     import random
 
-    from harness import prose
-    from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
-
+    from bench.harness import prose
     from retimer.wire.tokenizer import split_tokens
+    from tests.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
     rnd = random.Random(seed)
     words = prose(300, seed).split(" ")

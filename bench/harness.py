@@ -2,7 +2,7 @@
 
 The upstream is the tests' `FakeLLM` (a thread in the orchestrating process), `retimer` runs as
 the tests' `RetimerProxy` (the real CLI in a subprocess) and plain mitmproxy as `Mitmdump`
-below; the client is `bench/client.py` in a third process. All of them timestamp with
+below; the client is `bench/client.py` (`python -m bench.client`) in a third process. All of them timestamp with
 `time.monotonic()`, which on Linux is one clock for every process.
 """
 
@@ -24,18 +24,15 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
+from retimer.wire.tokenizer import count_tokens
+from tests.proxy import RetimerProxy, free_port
+from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
-from proxy import RetimerProxy, free_port  # noqa: E402  (tests/proxy.py)
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream  # noqa: E402
-
-from retimer.wire.tokenizer import count_tokens  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: bench's processes start here
 
 __all__ = ["Client", "FakeLLM", "Mitmdump", "ProcSampler", "RetimerProxy", "bench_id_of",
            "cpu_seconds", "make_anthropic_stream", "make_openai_stream", "memory_kb", "pct",
-           "prose", "stream_spec"]
+           "progress", "prose", "retimer_proxy", "stream_spec"]
 
 MITMDUMP = Path(sys.executable).with_name("mitmdump")
 
@@ -47,6 +44,18 @@ _WORDS = (
     "way find use may water long little very after words called just where most know model "
     "token stream proxy speed answer question server client network latency profile request"
 ).split()
+
+
+def progress(msg: str) -> None:
+    """One line of progress on stdout while a long run goes on."""
+    print(f"[bench] {msg}", flush=True)
+
+
+def retimer_proxy(tmp: Path, name: str, *args: str) -> RetimerProxy:
+    """A quiet `retimer` with `args`, its files in tmp/name (one directory per scenario)."""
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    return RetimerProxy(d, "--quiet", *args)
 
 
 def prose(n_tokens: int, seed: int = 0) -> str:
@@ -223,7 +232,7 @@ class Client:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("client.py"))],
+            [sys.executable, "-m", "bench.client"], cwd=ROOT,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from goals import goals_table
+from bench.goals import goals_table
 
 
 def _f(v: float | None, digits: int = 2, signed: bool = False) -> str:
@@ -255,7 +255,7 @@ def render(res: dict[str, Any]) -> str:
                       "streams; each answer is buffered whole in the proxy (fast upstream).",
                       "", memory_table(res["concurrency"])]
     if res.get("formats"):
-        from format_scenarios import TPS, formats_table
+        from bench.format_scenarios import TPS, formats_table
 
         parts += ["", f"### Every wire format: bursty upstream, {TPS:g} tok/s, jitter 0", "",
                   "The upstream sends each capture in 3 bursts 50 ms apart; the client parses "

@@ -1,7 +1,7 @@
-"""Run the retimer benchmarks: `.venv/bin/python bench/run.py [--quick] [--update-doc]`.
+"""Run the retimer benchmarks: `.venv/bin/python -m bench.run [--quick] [--update-doc]` (from the checkout).
 
 Starts a fake LLM upstream (tests/upstream.py), the real `retimer` CLI and plain `mitmdump`
-as subprocesses, and a measuring client in its own process (bench/client.py). Writes
+as subprocesses, and a measuring client in its own process (bench.client). Writes
 bench/results/<time>.json and bench/results/latest.{json,md}, prints the markdown tables, and
 with --update-doc replaces the results section of BENCHMARKS.md. Timing depends on the
 machine: compare numbers from one run, never across machines. Nothing here asserts timing.
@@ -22,10 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import harness  # noqa: F401  (sets sys.path for tests/ and the repo)
-import scenarios
-from harness import Client, FakeLLM
-from report import render
+from bench import scenarios
+from bench.harness import Client, FakeLLM
+from bench.report import render
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

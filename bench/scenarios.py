@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 import yaml
-from analysis import (
+
+from bench.analysis import (
     added_latency,
     cpu_while_streaming,
     gap_shape,
@@ -24,7 +25,7 @@ from analysis import (
     stream_fidelity,
     summarize_fidelity,
 )
-from harness import (
+from bench.harness import (
     Client,
     FakeLLM,
     Mitmdump,
@@ -36,10 +37,11 @@ from harness import (
     make_openai_stream,
     memory_kb,
     pct,
+    progress,
     prose,
+    retimer_proxy,
     stream_spec,
 )
-
 from retimer.profile.model import Profile, load_profile
 from retimer.proxy.addon import build_profile
 
@@ -77,19 +79,9 @@ QUICK = Plan(
 
 def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> list[dict[str, Any]]:
     """Every wire format at 50 tok/s (see bench/format_scenarios.py)."""
-    from format_scenarios import formats as run_formats
+    from bench.format_scenarios import formats as run_formats
 
     return run_formats(client, fake, tmp, plan, seed)
-
-
-def _log(msg: str) -> None:
-    print(f"[bench] {msg}", flush=True)
-
-
-def _retimer(tmp: Path, name: str, *args: str) -> RetimerProxy:
-    d = tmp / name
-    d.mkdir(parents=True, exist_ok=True)
-    return RetimerProxy(d, "--quiet", *args)
 
 
 def _set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3) -> None:
@@ -133,13 +125,13 @@ def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     rows = []
     for rate, tokens, streams in plan.fidelity:
-        _log(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats "
+        progress(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats "
              f"x {tokens} tokens")
         _set_text(fake, tokens, seed)
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
         profile = build_profile(FIDELITY_PROFILE, TTFT, f"{rate:g}", "0")
-        with _retimer(tmp, f"fidelity-{rate:g}", *args) as proxy:
+        with retimer_proxy(tmp, f"fidelity-{rate:g}", *args) as proxy:
             per_fmt = _paced_run(client, fake, proxy, profile, seed, FORMATS, streams)
         for fmt, runs in per_fmt.items():
             rows.append({"target_tps": rate, "format": fmt, **summarize_fidelity(runs),
@@ -167,13 +159,13 @@ def _one_token_profile(name: str, directory: Path) -> tuple[Path, Profile]:
 def jitter(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> dict[str, Any]:
     """The gpt-5 profile at its own rate with its default jitter (one token per event)."""
     tokens, streams = plan.jitter
-    _log(f"jitter: gpt-5 profile, {streams} stream(s) x {tokens} tokens")
+    progress(f"jitter: gpt-5 profile, {streams} stream(s) x {tokens} tokens")
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     _set_text(fake, tokens, seed + 1)
     d = tmp / "jitter"
     d.mkdir(parents=True, exist_ok=True)
     path, profile = _one_token_profile("gpt-5", d)
-    with _retimer(tmp, "jitter", "--profile", str(path), "--seed", str(seed)) as proxy:
+    with retimer_proxy(tmp, "jitter", "--profile", str(path), "--seed", str(seed)) as proxy:
         runs = _paced_run(client, fake, proxy, profile, seed, ("openai",), streams)["openai"]
     return {"profile": profile.name, "target_tps": profile.tps, **summarize_fidelity(runs),
             "gaps": gap_shape(runs, profile), "per_stream": [_brief(s) for s in runs]}
@@ -187,14 +179,14 @@ def _brief(s: dict[str, Any]) -> dict[str, Any]:
 def overhead(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> dict[str, Any]:
     """Passthrough retimer vs plain mitmdump (and no proxy), interleaved stream by stream."""
     tokens, streams, gets = plan.overhead
-    _log(f"overhead: {streams} streams per route of a {tokens}-token answer, one word per event "
+    progress(f"overhead: {streams} streams per route of a {tokens}-token answer, one word per event "
          f"2 ms apart; {gets} GETs")
     fake.per_event_gap = 0.002
     text = prose(tokens, seed + 2)
     fake.openai_body = make_openai_stream(text, words_per_chunk=1)
     d = tmp / "overhead"
     d.mkdir(parents=True, exist_ok=True)
-    with Mitmdump(d) as md, _retimer(tmp, "overhead", "--profile", "passthrough") as rt:
+    with Mitmdump(d) as md, retimer_proxy(tmp, "overhead", "--profile", "passthrough") as rt:
         assert md.proc and rt.proc
         routes: dict[str, tuple[str | None, int | None]] = {
             "direct": (None, None), "mitmdump": (md.url, md.proc.pid),
@@ -292,11 +284,11 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     rows = []
     rng = random.Random(seed)
     for n, tokens, spread in plan.concurrency:
-        _log(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, "
+        progress(f"concurrency: {n} streams x {tokens} tokens at {rate} tok/s, "
              f"started within {spread:g} s")
         args = ("--profile", FIDELITY_PROFILE, "--tps", rate, "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
-        with _retimer(tmp, f"concurrency-{n}-{spread:g}", *args) as proxy:
+        with retimer_proxy(tmp, f"concurrency-{n}-{spread:g}", *args) as proxy:
             assert proxy.proc
             pid = proxy.proc.pid
             idle_kb = _warm_and_idle(client, fake, proxy, f"c{n}-{spread:g}", seed)

@@ -1,8 +1,8 @@
-"""Soak test: `.venv/bin/python bench/soak.py [--minutes 10 | --quick] [--update-doc]`.
+"""Soak test: `.venv/bin/python -m bench.soak [--minutes 10 | --quick] [--update-doc]` (from the checkout).
 
 Runs the real `retimer` CLI (tests/proxy.py's RetimerProxy, plus the read-only probe script
 bench/soak_probe.py for the task and object counts), the tests' FakeLLM and FakeWSLLM
-upstreams in this process, and bench/soak_client.py in a process of its own, which keeps
+upstreams in this process, and bench.soak_client in a process of its own, which keeps
 `--concurrency` streams of every format in flight for the whole time, with faults mixed in,
 and checks every stream's text. Meanwhile this process samples the proxy from outside:
 resident memory and threads (/proc/PID/status), open descriptors (/proc/PID/fd), and via the
@@ -29,14 +29,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import harness  # noqa: F401  (sets sys.path for tests/ and the repo)
 import httpx
 import numpy as np
-from harness import FakeLLM, RetimerProxy, memory_kb
-from run import machine
-from soak_client import ws_reply_messages
-from soak_report import render
-from wsfake import FakeWSLLM, WSReply
+
+from bench.harness import FakeLLM, RetimerProxy, memory_kb
+from bench.run import machine
+from bench.soak_client import ws_reply_messages
+from bench.soak_report import render
+from tests.wsfake import FakeWSLLM, WSReply
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -264,7 +264,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_client(cfg: dict[str, Any], sampler: Sampler, start: float) -> dict[str, Any]:
     """One half of the load: bench/soak_client.py until it reports its summary."""
-    client = subprocess.Popen([sys.executable, str(HERE / "soak_client.py")], text=True,
+    client = subprocess.Popen([sys.executable, "-m", "bench.soak_client"], cwd=HERE.parent, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert client.stdin and client.stdout
     client.stdin.write(json.dumps(cfg) + "\n")

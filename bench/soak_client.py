@@ -1,7 +1,7 @@
 """The soak's load generator: a separate process that keeps N streams in flight through the proxy
 for a fixed time and checks every one against its fixture.
 
-Run by `bench/soak.py` as `python bench/soak_client.py`; it reads one JSON config line on stdin,
+Run by `bench/soak.py` as `python -m bench.soak_client` from the checkout; it reads one JSON config line on stdin,
 writes a `progress` JSON line every 2 s and a `summary` line at the end. Every stream is one
 of the recorded fixtures of a format, sent by the upstream in random bursts (sometimes gzip,
 sometimes close-delimited); a share of them get a fault: the client leaves mid-stream, the
@@ -29,11 +29,9 @@ import httpx
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Message, Request, TextMessage
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT))
-
-from fixture_streams import (  # noqa: E402
+from retimer.wire.protocols import find_adapter
+from retimer.wire.protocols.base import Channel, RequestShape
+from tests.fixture_streams import (
     ANTHROPIC_FIXTURES,
     GEMINI_JSON_FIXTURES,
     GEMINI_SSE_FIXTURES,
@@ -42,9 +40,6 @@ from fixture_streams import (  # noqa: E402
     STREAMS_DIR,
     load,
 )
-
-from retimer.wire.protocols import find_adapter  # noqa: E402
-from retimer.wire.protocols.base import Channel, RequestShape  # noqa: E402
 
 CTYPES = {".sse": "text/event-stream", ".ndjson": "application/x-ndjson", ".txt": "text/plain",
           ".json-stream": "application/json", ".json": "application/json",

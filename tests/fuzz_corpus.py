@@ -2,7 +2,7 @@
 tests/fixtures/fuzz/<adapter>/<case>.bin (and <case>.cuts, chunk offsets, where the chunking is
 the point). `tests/test_fuzz.py::test_corpus` replays every file there.
 
-    .venv/bin/python tests/fuzz_corpus.py      # rewrite the baseline cases
+    .venv/bin/python -m tests.fuzz_corpus      # rewrite the baseline cases (from the checkout)
 
 Cases found by fuzzing are added by hand as `found-*.bin` (see tests/fixtures/fuzz/README.md)
 and are never touched by this script.
@@ -12,17 +12,12 @@ from __future__ import annotations
 
 import json
 import struct
-import sys
 import zlib
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from fuzz_specs import SPECS, Spec, gemini_web_frame  # noqa: E402
-
-from retimer.wire.eventstream import Header, HeaderType, encode_frame  # noqa: E402
-from retimer.wire.protocols.websocket import encode_message  # noqa: E402
+from retimer.wire.eventstream import Header, HeaderType, encode_frame
+from retimer.wire.protocols.websocket import encode_message
+from tests.fuzz_specs import SPECS, Spec, gemini_web_frame
 
 CORPUS = Path(__file__).parent / "fixtures" / "fuzz"
 TEXT = "Hé 漢字 😀 ok\n"

@@ -14,13 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fixture_streams import STREAMS_DIR, load
-
 from retimer.wire.eventstream import Header, HeaderType, encode_frame
 from retimer.wire.protocols import ADAPTERS, GenericStreamAdapter
 from retimer.wire.protocols.base import Adapter
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, encode_message
 from retimer.wire.sse import SSEParser
+from tests.fixture_streams import STREAMS_DIR, load
 
 __all__ = ["SPECS", "SPEC_BY_NAME", "Spec", "gemini_web_frame"]
 

@@ -19,14 +19,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 
-from adapter_checks import SplitRecord, channel_texts, random_pieces, rechunk, resplit
-from fuzz_specs import SPEC_BY_NAME, SPECS, Spec
 from hypothesis import strategies as st
 
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.strategy import Strategy
 from retimer.wire.eventstream import EventStreamFramer
 from retimer.wire.protocols.base import Adapter, Channel, Event
+from tests.adapter_checks import SplitRecord, channel_texts, random_pieces, rechunk, resplit
+from tests.fuzz_specs import SPEC_BY_NAME, SPECS, Spec
 
 __all__ = ["MB", "SPECIALS", "SPECS", "SPEC_BY_NAME", "Spec", "check_stream", "cpu_limit",
            "cuts_for", "eventstream_pieces", "mutated_stream", "parse_chunks", "run_pacer"]

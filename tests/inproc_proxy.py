@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from proxy import free_port
+from tests.proxy import free_port
 
 
 class InProcessProxy:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from fixture_streams import STREAMS_DIR, load
+from tests.fixture_streams import STREAMS_DIR, load
 
 
 @dataclass(frozen=True)

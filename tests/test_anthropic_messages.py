@@ -7,7 +7,13 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from tests.adapter_checks import (
     channel_texts,
     check_integrity,
     event_key,
@@ -18,14 +24,8 @@ from adapter_checks import (
     sse_events,
     two_pieces,
 )
-from fixture_streams import ANTHROPIC_FIXTURES, load
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from sdk_views import anthropic_view
-
-from retimer.wire.protocols import ADAPTERS, find_adapter
-from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from tests.fixture_streams import ANTHROPIC_FIXTURES, load
+from tests.sdk_views import anthropic_view
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE = "text/event-stream"

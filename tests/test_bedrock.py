@@ -11,21 +11,8 @@ import zlib
 from typing import Any
 
 import pytest
-from adapter_checks import (
-    channel_texts,
-    check_integrity,
-    event_key,
-    parse,
-    random_pieces,
-    rechunk,
-    resplit,
-    sse_events,
-    two_pieces,
-)
-from fixture_streams import ANTHROPIC_FIXTURES, STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sdk_views import anthropic_view
 
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.eventstream import (
@@ -41,6 +28,19 @@ from retimer.wire.eventstream import (
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.bedrock import BedrockEventStreamAdapter
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+    two_pieces,
+)
+from tests.fixture_streams import ANTHROPIC_FIXTURES, STREAMS_DIR, load
+from tests.sdk_views import anthropic_view
 
 A = BedrockEventStreamAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

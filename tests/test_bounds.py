@@ -15,13 +15,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from proxy import RetimerProxy
-from test_faults import sse_text
-from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
 from retimer.timing.pacer import CAP_PREFIX, StreamPacer
 from retimer.timing.strategy import Strategy
 from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
+from tests.proxy import RetimerProxy
+from tests.test_faults import sse_text
+from tests.upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
 BIG = " ".join(f"w{i}" for i in range(2000))
 
@@ -283,7 +283,7 @@ def test_total_cap_turns_the_stream_that_crosses_it_to_passthrough(tmp_path: Pat
 
 
 def test_bad_cap_values_are_one_line_errors(tmp_path: Path):
-    from proxy import run_cli
+    from tests.proxy import run_cli
 
     for option, value in (("retimer_max_stream_buffer", "lots"),
                           ("retimer_max_total_buffer", "0"),

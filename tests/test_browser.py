@@ -25,11 +25,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bidi import Firefox
-from proxy import RetimerProxy, run_cli
-from upstream import FakeLLM, make_openai_stream
 
 from retimer.cli.browser import Kind, Launch, find_browser, prepare_launch
+from tests.bidi import Firefox
+from tests.proxy import RetimerProxy, run_cli
+from tests.upstream import FakeLLM, make_openai_stream
 
 HERE = Path(__file__).parent
 PAGE = (HERE / "fixtures" / "browser" / "fake-llm-chat.html").read_bytes()

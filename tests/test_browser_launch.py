@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from proxy import free_port, run_cli
 
 from retimer.cli.browser import (
     BrowserError,
@@ -31,6 +30,7 @@ from retimer.cli.browser import (
     user_js,
 )
 from retimer.proxy.certs import spki_hash
+from tests.proxy import free_port, run_cli
 
 
 def fake_fs(*present: str) -> tuple[Callable[[str], str | None], Callable[[str], bool]]:

@@ -22,8 +22,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from proxy import RetimerProxy
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 from retimer.cache.entry import (
     CacheEntry,
@@ -37,6 +35,8 @@ from retimer.cache.entry import (
 )
 from retimer.cache.store import CacheStore
 from retimer.wire.protocols import OpenAIChatAdapter
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 JSON = {"content-type": "application/json"}
 URL = ("POST", "https", "api.openai.com", 443, "/v1/chat/completions")

@@ -9,7 +9,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from adapter_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.chatgpt_web import ChatGPTWebAdapter
+from tests.adapter_checks import (
     channel_texts,
     check_integrity,
     event_key,
@@ -20,13 +26,7 @@ from adapter_checks import (
     sse_events,
     two_pieces,
 )
-from fixture_streams import STREAMS_DIR, load
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from retimer.timing.pacer import StreamPacer
-from retimer.wire.protocols.base import Channel, Event, RequestShape
-from retimer.wire.protocols.chatgpt_web import ChatGPTWebAdapter
+from tests.fixture_streams import STREAMS_DIR, load
 
 A = ChatGPTWebAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

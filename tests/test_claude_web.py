@@ -7,14 +7,23 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, sse_events
-from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.claude_web import ClaudeWebAdapter
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+)
+from tests.fixture_streams import STREAMS_DIR, load
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE = "text/event-stream; charset=utf-8"

@@ -6,9 +6,9 @@ import socket
 from pathlib import Path
 
 import pytest
-from proxy import RetimerProxy, run_cli
 
 from retimer.profile.model import builtin_profiles, load_profile
+from tests.proxy import RetimerProxy, run_cli
 
 
 @pytest.mark.parametrize(
@@ -113,8 +113,9 @@ def test_banner_says_where_and_how(tmp_path: Path) -> None:
 def test_strategy_speed_and_cache_flags_reach_the_records(tmp_path: Path) -> None:
     """--strategy, --speed and --cache from the command line, seen in the records."""
     import httpx
-    from proxy import RetimerProxy
-    from upstream import FakeLLM
+
+    from tests.proxy import RetimerProxy
+    from tests.upstream import FakeLLM
 
     cache = tmp_path / "cache"
     with FakeLLM() as fake, RetimerProxy(
@@ -262,7 +263,7 @@ def test_report_without_output_says_where_it_wrote(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    import synthetic_traffic
+    from tests import synthetic_traffic
 
     log = tmp_path / "log.jsonl"
     recs = synthetic_traffic.records(load_profile("groq"), 3, (20, 40))

@@ -31,10 +31,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients.fakeapi import AgentScript, ApiRequest, FakeAPI, Reply, token_deltas
-from proxy import RetimerProxy
 
 from retimer.wire.tokenizer import count_tokens
+from tests.clients.fakeapi import AgentScript, ApiRequest, FakeAPI, Reply, token_deltas
+from tests.proxy import RetimerProxy
 
 TESTS = Path(__file__).parent
 SDK = TESTS / "clients" / "sdk"

@@ -7,7 +7,13 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.wire.protocols import ADAPTERS, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.cohere_chat import CohereChatAdapter
+from tests.adapter_checks import (
     channel_texts,
     check_integrity,
     event_key,
@@ -18,13 +24,7 @@ from adapter_checks import (
     sse_events,
     two_pieces,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from payload_streams import PAYLOAD_FIXTURES, as_sse, provider
-
-from retimer.wire.protocols import ADAPTERS, find_adapter
-from retimer.wire.protocols.base import Channel, Event, RequestShape
-from retimer.wire.protocols.cohere_chat import CohereChatAdapter
+from tests.payload_streams import PAYLOAD_FIXTURES, as_sse, provider
 
 A = CohereChatAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -12,10 +12,11 @@ import anthropic
 import httpx
 import openai
 import pytest
-from fixture_streams import ANTHROPIC_FIXTURES, OPENAI_CHAT_FIXTURES, load
-from proxy import RetimerProxy
-from sdk_views import anthropic_view, openai_view
-from upstream import FakeLLM
+
+from tests.fixture_streams import ANTHROPIC_FIXTURES, OPENAI_CHAT_FIXTURES, load
+from tests.proxy import RetimerProxy
+from tests.sdk_views import anthropic_view, openai_view
+from tests.upstream import FakeLLM
 
 # a fast profile with its jitter and multi-token chunking left on
 PROFILE = ("--profile", "groq", "--tps", "3000", "--ttft", "20ms")

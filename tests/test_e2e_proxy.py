@@ -17,8 +17,9 @@ import anthropic
 import httpx
 import openai
 import pytest
-from proxy import RetimerProxy
-from upstream import FakeLLM, load_fixture, make_anthropic_stream, make_openai_stream
+
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM, load_fixture, make_anthropic_stream, make_openai_stream
 
 TEXT = (
     "Retimer keeps the words and changes only the time between them. "

@@ -8,12 +8,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fixture_streams import load
-from proxy import RetimerProxy
-from upstream import FakeLLM
 
 from retimer.wire.protocols import find_adapter
 from retimer.wire.protocols.base import RequestShape
+from tests.fixture_streams import load
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM
 
 PROFILE = ("--profile", "gpt-5", "--tps", "3000", "--ttft", "150ms")
 

@@ -16,11 +16,11 @@ import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proxy import RetimerProxy
-from test_faults import read_until_error, sse_text
-from upstream import BodyEncoder, FakeLLM, make_openai_stream
 
 from retimer.wire.encoding import decoder_for
+from tests.proxy import RetimerProxy
+from tests.test_faults import read_until_error, sse_text
+from tests.upstream import BodyEncoder, FakeLLM, make_openai_stream
 
 GOOD = ["gzip", "gzip-members", "deflate", "deflate-raw", "br", "zstd-frames"]
 

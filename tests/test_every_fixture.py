@@ -17,11 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from adapter_checks import SplitRecord, channel_texts, check_integrity, event_key, parse, random_pieces, rechunk
-from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from payload_streams import PAYLOAD_FIXTURES, as_sse, payloads
 
 from retimer.profile.model import load_profile
 from retimer.timing.model import StreamTiming
@@ -32,6 +29,9 @@ from retimer.wire.protocols import fallback_adapter, find_adapter
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.tokenizer import split_tokens
+from tests.adapter_checks import SplitRecord, channel_texts, check_integrity, event_key, parse, random_pieces, rechunk
+from tests.fixture_streams import STREAMS_DIR, load
+from tests.payload_streams import PAYLOAD_FIXTURES, as_sse, payloads
 
 SSE, NDJSON, JSON = "text/event-stream", "application/x-ndjson", "application/json"
 EVENTSTREAM = "application/vnd.amazon.eventstream"

@@ -27,11 +27,11 @@ import anthropic
 import httpx
 import openai
 import pytest
-from inproc_proxy import InProcessProxy
-from proxy import RetimerProxy
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream, split_events
 
 from retimer.proxy import bridge
+from tests.inproc_proxy import InProcessProxy
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream, split_events
 
 WORDS = " ".join(f"w{i}" for i in range(600))
 SLOW = ("--profile", "gpt-5", "--ttft", "50ms", "--tps", "40", "--jitter", "0")

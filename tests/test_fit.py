@@ -15,9 +15,6 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import synthetic_traffic
-from proxy import RetimerProxy, run_cli
-from upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
 from retimer.cli import fit_cmd
 from retimer.profile.fit import Fit, fit_streams, streams_from, to_yaml
@@ -26,6 +23,9 @@ from retimer.timing.model import StallSpec
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 from retimer.wire.tokenizer import split_tokens
+from tests import synthetic_traffic
+from tests.proxy import RetimerProxy, run_cli
+from tests.upstream import FakeLLM, load_fixture, make_openai_stream, split_events
 
 
 def _fit(records: list[dict]) -> Fit:

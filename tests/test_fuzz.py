@@ -21,9 +21,16 @@ import re
 from pathlib import Path
 
 import pytest
-from adapter_checks import rechunk
-from fixture_streams import load
-from fuzz_support import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.wire.ndjson import NDJSONParser
+from retimer.wire.protocols import ADAPTERS, GenericStreamAdapter
+from retimer.wire.protocols.websocket import encode_message
+from retimer.wire.sse import SSEParser, format_event
+from tests.adapter_checks import rechunk
+from tests.fixture_streams import load
+from tests.fuzz_support import (
     MB,
     SPEC_BY_NAME,
     SPECIALS,
@@ -37,13 +44,6 @@ from fuzz_support import (
     parse_chunks,
     run_pacer,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from retimer.wire.ndjson import NDJSONParser
-from retimer.wire.protocols import ADAPTERS, GenericStreamAdapter
-from retimer.wire.protocols.websocket import encode_message
-from retimer.wire.sse import SSEParser, format_event
 
 FUZZ_EXAMPLES = int(os.environ.get("RETIMER_FUZZ_EXAMPLES", "0") or 0)
 CI_EXAMPLES = 40

@@ -7,7 +7,13 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
+from retimer.wire.protocols.gemini_json import GeminiJSONArrayAdapter
+from retimer.wire.protocols.gemini_sse import GeminiSSEAdapter
+from tests.adapter_checks import (
     channel_texts,
     check_integrity,
     event_key,
@@ -18,13 +24,7 @@ from adapter_checks import (
     sse_events,
     two_pieces,
 )
-from fixture_streams import GEMINI_JSON_FIXTURES, GEMINI_SSE_FIXTURES, load
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
-from retimer.wire.protocols.gemini_json import GeminiJSONArrayAdapter
-from retimer.wire.protocols.gemini_sse import GeminiSSEAdapter
+from tests.fixture_streams import GEMINI_JSON_FIXTURES, GEMINI_SSE_FIXTURES, load
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 SSE, JSON = "text/event-stream", "application/json; charset=UTF-8"

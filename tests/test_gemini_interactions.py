@@ -7,14 +7,23 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, sse_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from payload_streams import as_sse
 
 from retimer.wire.protocols import ADAPTERS, find_adapter
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.gemini_interactions import GeminiInteractionsAdapter
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+)
+from tests.payload_streams import as_sse
 
 A = GeminiInteractionsAdapter
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS

@@ -8,13 +8,13 @@ import re
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit
-from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.gemini_web import GeminiWebAdapter
+from tests.adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit
+from tests.fixture_streams import STREAMS_DIR, load
 
 TEXT, REASONING = Channel.TEXT, Channel.REASONING
 FIXTURES = sorted(p.relative_to(STREAMS_DIR).as_posix() for p in STREAMS_DIR.glob("gemini-web/*.txt"))

@@ -6,14 +6,14 @@ import base64
 import json
 
 import pytest
-from adapter_checks import event_key, parse, rechunk
-from fixture_streams import STREAMS_DIR, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.protocols.base import Channel, RequestShape
 from retimer.wire.protocols.generic import GenericStreamAdapter, estimate_text
 from retimer.wire.tokenizer import split_tokens
+from tests.adapter_checks import event_key, parse, rechunk
+from tests.fixture_streams import STREAMS_DIR, load
 
 
 def _glob(pattern: str) -> list[str]:

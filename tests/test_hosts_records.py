@@ -85,9 +85,10 @@ def test_a_record_log_on_a_full_disk_warns_once_and_never_raises(
 
 def test_the_proxy_streams_on_when_its_log_cannot_be_written(tmp_path: Path) -> None:
     import httpx
-    from proxy import RetimerProxy
-    from test_faults import sse_text
-    from upstream import FakeLLM, make_openai_stream
+
+    from tests.proxy import RetimerProxy
+    from tests.test_faults import sse_text
+    from tests.upstream import FakeLLM, make_openai_stream
 
     text = "the stream is delivered even when its record cannot be"
     with FakeLLM(make_openai_stream(text), bursts=2) as fake:

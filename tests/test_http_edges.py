@@ -18,12 +18,12 @@ from pathlib import Path
 
 import httpx
 import pytest
-from inproc_proxy import InProcessProxy
-from proxy import RetimerProxy
-from test_faults import sse_text
-from upstream import make_openai_stream
 
 from retimer.proxy import bridge
+from tests.inproc_proxy import InProcessProxy
+from tests.proxy import RetimerProxy
+from tests.test_faults import sse_text
+from tests.upstream import make_openai_stream
 
 WORDS = " ".join(f"w{i}" for i in range(120))
 BODY = make_openai_stream(WORDS, words_per_chunk=3)

@@ -21,8 +21,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from proxy import free_port
-from upstream import FakeLLM
+
+from tests.proxy import free_port
+from tests.upstream import FakeLLM
 
 TITLE = "retimer: streams"
 EXITED = "RETIMER-EXITED"

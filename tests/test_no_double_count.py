@@ -29,10 +29,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts
-from test_every_fixture import PACED, TABLE, factory, read, wire
 
 from retimer.wire.protocols.base import Channel
+from tests.adapter_checks import channel_texts
+from tests.test_every_fixture import PACED, TABLE, factory, read, wire
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 Texts = dict[Channel, str]
@@ -792,8 +792,9 @@ NON_STREAMING: dict[str, tuple[dict[str, Any], str]] = {
 
 def test_non_streaming_fixture_is_counted_once() -> None:
     """The whole-body fixture (held, not streamed): its estimate is the message, parsed by the SDK."""
-    from fixture_streams import load
     from openai.types.chat import ChatCompletion
+
+    from tests.fixture_streams import load
 
     data = load("nonstream/openai-chat-completion.json")
     message = ChatCompletion.model_validate_json(data).choices[0].message

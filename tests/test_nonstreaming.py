@@ -7,12 +7,12 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from fixture_streams import load
-from proxy import RetimerProxy
-from upstream import FakeLLM
 
 from retimer.timing.hold import is_llm_call, timing_line
 from retimer.wire.protocols.base import RequestShape
+from tests.fixture_streams import load
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM
 
 FIXTURE = "nonstream/openai-chat-completion.json"
 

@@ -7,14 +7,23 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, two_pieces
-from fixture_streams import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.ndjson import NDJSONParser, is_ndjson
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.ollama import OllamaAdapter
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    two_pieces,
+)
+from tests.fixture_streams import load
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 NDJSON = "application/x-ndjson"

@@ -7,7 +7,14 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from retimer.wire.protocols import ADAPTERS, ZaiWebAdapter, find_adapter
+from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
+from retimer.wire.protocols.openai_completions import OpenAICompletionsAdapter
+from tests.adapter_checks import (
     channel_texts,
     check_integrity,
     event_key,
@@ -18,14 +25,7 @@ from adapter_checks import (
     sse_events,
     two_pieces,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from payload_streams import as_sse, payloads
-
-from retimer.wire.protocols import ADAPTERS, ZaiWebAdapter, find_adapter
-from retimer.wire.protocols.base import Channel, Event, RequestShape
-from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
-from retimer.wire.protocols.openai_completions import OpenAICompletionsAdapter
+from tests.payload_streams import as_sse, payloads
 
 A = OpenAICompletionsAdapter
 TEXT = Channel.TEXT

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from inproc_proxy import InProcessProxy
+from tests.inproc_proxy import InProcessProxy
 
 SCRIPT = Path(__file__).resolve().parent.parent / "addons" / "retimer.py"
 

@@ -20,10 +20,10 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from proxy import RetimerProxy, run_cli
-from upstream import FakeLLM
 
 from retimer.report.page import build, render_html
+from tests.proxy import RetimerProxy, run_cli
+from tests.upstream import FakeLLM
 
 CHROMIUM = "/usr/bin/chromium"
 FIXTURES = {

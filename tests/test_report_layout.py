@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from proxy import RetimerProxy
-from upstream import FakeLLM
 
 from retimer.report.page import build, render_html, stream_chart
 from retimer.report.svgplot import ROLE_COLORS
+from tests.proxy import RetimerProxy
+from tests.upstream import FakeLLM
 
 CHROMIUM = "/usr/bin/chromium"
 SVG = "{http://www.w3.org/2000/svg}"

@@ -24,10 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from proxy import RetimerProxy, free_port, run_cli
-from upstream import FakeLLM, load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
 
 from retimer.cli.launch_env import LOOPBACK
+from tests.proxy import RetimerProxy, free_port, run_cli
+from tests.upstream import FakeLLM, load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
 
 TESTS = Path(__file__).parent
 CLIENTS = TESTS / "run_clients"

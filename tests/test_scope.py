@@ -10,8 +10,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from proxy import RetimerProxy, free_port
-from upstream import FakeLLM, make_openai_stream
+
+from tests.proxy import RetimerProxy, free_port
+from tests.upstream import FakeLLM, make_openai_stream
 
 TEXT = "Only the timing changes; the words never do. " * 4
 

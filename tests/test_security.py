@@ -15,13 +15,13 @@ import anthropic
 import httpx
 import openai
 import pytest
-from proxy import RetimerProxy, free_port, run_cli
 from rich.console import Console
-from test_faults import read_until_error, sse_text
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 from retimer.cli.liveview import LiveView
 from retimer.proxy.certs import ensure_ca
+from tests.proxy import RetimerProxy, free_port, run_cli
+from tests.test_faults import read_until_error, sse_text
+from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 TEXT = "alpha beta gamma delta " * 20
 

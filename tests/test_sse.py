@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 import pytest
-from adapter_checks import rechunk
-from fixture_streams import ALL_SSE_FIXTURES, load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.sse import CR, CRLF, LF, SSEEvent, SSEParser, format_event, is_event_stream
+from tests.adapter_checks import rechunk
+from tests.fixture_streams import ALL_SSE_FIXTURES, load
 
 
 def parse_chunks(chunks: list[bytes]) -> list[SSEEvent]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from test_pacer import FixedTiming, LineAdapter, text_of
 
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.strategy import SmoothPlan, Strategy, parse_strategy
+from tests.test_pacer import FixedTiming, LineAdapter, text_of
 
 TARGET_TPS = 50.0
 GAP = 1 / TARGET_TPS

@@ -15,8 +15,6 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from proxy import RetimerProxy, run_cli
-from upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 from retimer.proxy.study_addon import load_study
 from retimer.records.export import COLUMNS
@@ -24,6 +22,8 @@ from retimer.study.conversation import conversation_key, is_unit_request, respon
 from retimer.study.design import StudyDesign, StudyError, parse_study, williams_square
 from retimer.study.ratings import RatingError, parse_rating
 from retimer.wire.protocols.base import RequestShape
+from tests.proxy import RetimerProxy, run_cli
+from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
 
 TEXT = "Studies keep the words and change only the time between them, blinded. " * 2
 

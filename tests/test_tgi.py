@@ -7,14 +7,23 @@ import random
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, sse_events
-from fixture_streams import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import Channel, RequestShape
 from retimer.wire.protocols.tgi import TGIGenerateStreamAdapter as TGI
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+)
+from tests.fixture_streams import load
 
 TEXT = Channel.TEXT
 SSE = "text/event-stream"

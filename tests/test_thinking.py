@@ -241,8 +241,9 @@ def test_o3_streams_through_the_proxy_plan_the_tables_ttft(tmp_path: Path,
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
-    from proxy import RetimerProxy
-    from upstream import FakeLLM, make_openai_stream
+
+    from tests.proxy import RetimerProxy
+    from tests.upstream import FakeLLM, make_openai_stream
 
     n = 6
     with FakeLLM(make_openai_stream("Tokens are pieces of words.")) as fake, \

@@ -15,7 +15,8 @@ import httpx
 import openai
 import pytest
 from cryptography import x509
-from upstream import (
+
+from tests.upstream import (
     CERT_NAMES,
     FIXTURES,
     FakeLLM,

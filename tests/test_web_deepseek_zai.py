@@ -9,8 +9,6 @@ import re
 from typing import Any
 
 import pytest
-from adapter_checks import channel_texts, check_integrity, event_key, parse, random_pieces, rechunk, resplit, sse_events
-from fixture_streams import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +17,17 @@ from retimer.wire.protocols.base import Adapter, Channel, RequestShape
 from retimer.wire.protocols.deepseek_web import DeepSeekWebAdapter as DS
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 from retimer.wire.protocols.zai_web import ZaiWebAdapter as ZAI
+from tests.adapter_checks import (
+    channel_texts,
+    check_integrity,
+    event_key,
+    parse,
+    random_pieces,
+    rechunk,
+    resplit,
+    sse_events,
+)
+from tests.fixture_streams import load
 
 TEXT, REASONING = Channel.TEXT, Channel.REASONING
 SSE = "text/event-stream"

@@ -11,12 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from adapter_checks import channel_texts, random_pieces
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from proxy import RetimerProxy
-from upstream import FIXTURES
-from wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
 from retimer.wire.protocols.openai_responses import OpenAIResponsesAdapter
@@ -28,6 +24,10 @@ from retimer.wire.protocols.websocket import (
 )
 from retimer.wire.sse import SSEParser
 from retimer.wire.tokenizer import split_tokens
+from tests.adapter_checks import channel_texts, random_pieces
+from tests.proxy import RetimerProxy
+from tests.upstream import FIXTURES
+from tests.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 

@@ -38,8 +38,9 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import h11
-from loop_server import Handler, LoopServer
-from server_certs import make_certs
+
+from tests.loop_server import Handler, LoopServer
+from tests.server_certs import make_certs
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 DEFAULT_OPENAI_FIXTURE = "openai-chat/gpt4o-text-include-usage.sse"

@@ -47,7 +47,7 @@ Every request (HTTP or WebSocket client message) is logged as an `ApiRequest` in
 (method, path, query, headers minus auth/cookies, parsed JSON body, api, and the Reply sent).
 
 In-process:   with FakeAPI(script=AgentScript(tool="get_weather", arguments={"city": "Paris"})) as api: ...
-Own process:  python tests/clients/fakeapi.py --port N --certdir D [--http-port M] [--log FILE]
+Own process:  python -m tests.clients.fakeapi --port N --certdir D [--http-port M] [--log FILE]
               [--text T] [--tool NAME --arguments JSON] [--script FILE.py:CALLABLE]
               prints one JSON line {"port", "http_port", "ca"} when ready; --log appends one JSON
               line per request.
@@ -76,13 +76,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-if __package__ in (None, ""):  # run as a script: tests/ holds the shared test support
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import h11
 import wsproto
 import wsproto.events as wse
-from loop_server import Handler, LoopServer  # noqa: E402
-from server_certs import make_certs  # noqa: E402
+
+from tests.loop_server import Handler, LoopServer
+from tests.server_certs import make_certs
 
 HOSTS = ("api.openai.com", "api.anthropic.com", "generativelanguage.googleapis.com",
          "localhost", "127.0.0.1", "llm.test")
