@@ -42,7 +42,8 @@ from bench.harness import (
     retimer_proxy,
     stream_spec,
 )
-from retimer.profile.model import Profile, load_profile
+from retimer.profile.loader import load_profile
+from retimer.profile.model import Profile
 from retimer.proxy.addon import build_profile
 
 FORMATS = ("openai", "anthropic")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from retimer.profile.model import builtin_profiles, load_profile
+from retimer.profile.loader import builtin_profiles, load_profile
 from tests.proxy import RetimerProxy, run_cli
 
 

@@ -10,15 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from retimer.timing.distributions import (
-    Z90,
-    Z99,
-    ChunkSampler,
-    GapSampler,
-    QuantileShape,
-    norm_ppf,
-    sample_ttft,
-)
+from retimer.timing.distributions import ChunkSampler, GapSampler
+from retimer.timing.quantiles import Z90, Z99, QuantileShape, norm_ppf, sample_ttft
 
 ND = NormalDist()
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from retimer.profile.model import load_profile
+from retimer.profile.loader import load_profile
 from retimer.timing.model import StreamTiming
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.scheduler import NoTiming

@@ -18,7 +18,8 @@ import pytest
 
 from retimer.cli import fit_cmd
 from retimer.profile.fit import Fit, fit_streams, streams_from, to_yaml
-from retimer.profile.model import Profile, load_profile
+from retimer.profile.loader import load_profile
+from retimer.profile.model import Profile
 from retimer.timing.model import StallSpec
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter

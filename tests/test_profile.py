@@ -8,15 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.profile.model import (
-    Profile,
-    ProfileError,
-    builtin_dir,
-    builtin_profiles,
-    load_profile,
-    parse_duration,
-    parse_rate,
-)
+from retimer.profile.loader import builtin_dir, builtin_profiles, load_profile
+from retimer.profile.model import Profile
+from retimer.profile.units import ProfileError, parse_duration, parse_rate
 
 # The seed speed table (shared/seeds/000_376c19f4af5448d5.txt): row -> (tok/s, TTFT ms).
 TABLE = {

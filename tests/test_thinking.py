@@ -18,14 +18,8 @@ import pytest
 
 from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
 from retimer.cli.proxy_options import proxy_parser
-from retimer.profile.model import (
-    EXPLICIT_SPEED_BASE,
-    Profile,
-    ProfileError,
-    base_profile_name,
-    builtin_profiles,
-    load_profile,
-)
+from retimer.profile.loader import builtin_profiles, load_profile
+from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile, ProfileError, base_profile_name
 from retimer.proxy.addon import build_profile
 from retimer.study.design import parse_study, resolve_conditions
 from retimer.wire.prompt import PromptInfo, estimate_prompt

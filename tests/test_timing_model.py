@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from retimer.cli.profiles_cmd import timing_lines
-from retimer.profile.model import Profile, ProfileError, builtin_profiles, load_profile
-from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
+from retimer.profile.loader import builtin_profiles, load_profile
+from retimer.profile.model import Profile, ProfileError
+from retimer.timing.distributions import ChunkSampler, GapSampler
 from retimer.timing.model import (
     EARLY_TOKENS,
     ContextSpec,
@@ -22,6 +23,7 @@ from retimer.timing.model import (
     StallSpec,
     speculative_chunks,
 )
+from retimer.timing.quantiles import QuantileShape, sample_ttft
 from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
 
 TTFT = QuantileShape(0.5, 0.8, 2.0)

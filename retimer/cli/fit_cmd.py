@@ -109,7 +109,8 @@ def main(argv: list[str]) -> None:
 
 def _check(text: str) -> None:
     """Load the YAML with retimer's profile loader: what fit prints, --profile takes."""
-    from retimer.profile.model import ProfileError, load_profile
+    from retimer.profile.loader import load_profile
+    from retimer.profile.model import ProfileError
 
     with tempfile.TemporaryDirectory(prefix="retimer-fit-") as tmp:
         path = Path(tmp) / "fitted.yaml"

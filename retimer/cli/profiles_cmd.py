@@ -14,7 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from retimer.cli.cmdline import wrapped
-from retimer.profile.model import Profile, ProfileError, builtin_profiles, load_profile
+from retimer.profile.loader import builtin_profiles, load_profile
+from retimer.profile.model import Profile, ProfileError
 
 
 def _ms(seconds: float) -> str:

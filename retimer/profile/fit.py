@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from retimer.timing.distributions import Z90, Z99
 from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
+from retimer.timing.quantiles import Z90, Z99
 
 STALL_K = 4.0
 MIN_SINGLE_GAPS = 50  # single-token gaps needed to take the shape from them
@@ -87,35 +87,37 @@ def streams_from(records: Iterable[dict[str, Any]]) -> tuple[list[UpstreamStream
     out: list[UpstreamStream] = []
     skipped: Counter[str] = Counter()
     for rec in records:
-        trace = rec.get("trace")
-        reason = None
-        if rec.get("outcome") != "complete":
-            reason = "not complete"
-        elif rec.get("protocol") == "non-streaming":
-            reason = "non-streaming"
-        elif rec.get("cache") == "hit":
-            reason = "cache hit"
-        elif rec.get("fallback"):
-            reason = "unparsed"
-        elif not isinstance(trace, dict) or not isinstance(trace.get("upstream"), dict):
-            reason = "no trace"
-        if reason is None:
-            side = trace["upstream"]
-            t, n = decode_side(side, float(trace.get("unit_ms", TRACE_UNIT_MS)))
-            exact = side.get("exact")
-            exact = exact if isinstance(exact, int) and 0 <= exact <= len(t) else len(t)
-            t, n, exact = _network_events(t, n, exact)
-            if len(t) == 0:
-                reason = "no tokens"
-            else:
-                model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
-                prompt = model.get("prompt_tokens")
-                out.append(UpstreamStream(
-                    t, n, exact, prompt if isinstance(prompt, int) and prompt > 0 else None,
-                    str(rec.get("protocol"))))
-                continue
-        skipped[reason] += 1
+        stream = _upstream_stream(rec)
+        if isinstance(stream, UpstreamStream):
+            out.append(stream)
+        else:
+            skipped[stream] += 1
     return out, skipped
+
+
+def _upstream_stream(rec: dict[str, Any]) -> UpstreamStream | str:
+    """The record's upstream side as a stream to fit, or why it is left out."""
+    trace = rec.get("trace")
+    if rec.get("outcome") != "complete":
+        return "not complete"
+    if rec.get("protocol") == "non-streaming":
+        return "non-streaming"
+    if rec.get("cache") == "hit":
+        return "cache hit"
+    if rec.get("fallback"):
+        return "unparsed"
+    if not isinstance(trace, dict) or not isinstance(side := trace.get("upstream"), dict):
+        return "no trace"
+    t, n = decode_side(side, float(trace.get("unit_ms", TRACE_UNIT_MS)))
+    exact = side.get("exact")
+    exact = exact if isinstance(exact, int) and 0 <= exact <= len(t) else len(t)
+    t, n, exact = _network_events(t, n, exact)
+    if len(t) == 0:
+        return "no tokens"
+    model = rec.get("model")
+    prompt = model.get("prompt_tokens") if isinstance(model, dict) else None
+    return UpstreamStream(t, n, exact, prompt if isinstance(prompt, int) and prompt > 0 else None,
+                          str(rec.get("protocol")))
 
 
 def _network_events(t: np.ndarray, n: np.ndarray, exact: int,

@@ -1,34 +1,12 @@
-"""Speed profiles: what a re-timed stream should feel like, loaded from YAML.
+"""Speed profiles: what a re-timed stream should feel like, and the overrides that change one.
 
 Why files and strict checks: profiles carry numbers that users compare and cite, so each one
 names its source, and a typo (an unknown key, a rate of 0, quantiles out of order) is an
 error with one line naming the file and the key, never a silent default (retimer.profile.schema).
 
-Schema (all durations: "120ms", "1.5s", or a bare number = milliseconds)::
-
-    name: cerebras-llama-3.3-70b      # required; lowercase slug: a-z 0-9 . _ -
-    aliases: [cerebras]               # optional; slugs, unique across the built-ins
-    description: Llama 3.3 70B on Cerebras WSE-3     # optional
-    source: "Speed table row 1 ..."   # required: where every number comes from
-    passthrough: false                # optional; true = forward the stream untouched
-    ttft: {p50: 120ms, p90: 162ms, p99: 192ms}       # required unless passthrough
-    decode:                           # required unless passthrough
-      tps: 2100                       # required: mean tokens/s ("2100" or "2100tok/s")
-      gap: {p90: 1.2, p99: 1.6}       # optional: inter-token gap quantiles / its median
-    chunking: {1: 0.9, 2: 0.1}        # optional: tokens per network event -> probability
-    jitter: 1.0                       # optional: scales every spread (0 = constant timing)
-    prefill: {tps: 10000, reference_tokens: 1000}    # optional: TTFT grows with the prompt
-    prompt_cache: {discount: 0.85, min_tokens: 1024, ttl: 5m}   # optional; needs prefill
-    context: {half_rate_at: 100k}     # optional: decode rate tps / (1 + n / half_rate_at)
-    reasoning:                        # optional: hidden thinking levels (off unless chosen)
-      levels: {medium: {p50: 400, p90: 4000, p99: 8400}}   # low / medium / high
-      default: off                    # optional: the level used without --thinking
-    stalls: {per_1000_tokens: 0.5, duration: {p50: 300ms, p90: 1s, p99: 3s}, where: any}
-    speculative: {draft_tokens: 3, acceptance: 0.6}  # optional: step bursts (not with chunking)
-
-Defaults: decode.gap {p90: 1.3, p99: 2.5}; chunking {1: 1.0}; jitter 1. Quantiles must
-increase strictly; gap ratios must exceed 1. A passthrough profile takes none of the timing
-keys. Any other key is an error. See profiles/README.md and retimer/timing.py.
+The schema (every key, its units and defaults) is in profiles/README.md; a file is read by
+retimer.profile.loader and checked by retimer.profile.schema. Defaults: decode.gap {p90: 1.3,
+p99: 2.5}; chunking {1: 1.0}; jitter 1. The timing-model keys are retimer.timing.model's specs.
 
 Why thinking is a separate choice: a table row's TTFT is what people quote and compare, so a
 profile used as it is waits exactly that; hidden reasoning (`--thinking`) adds its own time,
@@ -40,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,22 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from retimer.profile.schema import (
-    DEFAULT_GAP,
-    LEGACY_LEVEL,
-    THINKING_LEVELS,
+from retimer.profile.schema import DEFAULT_GAP, LEGACY_LEVEL, THINKING_LEVELS
+from retimer.profile.units import (
     ProfileError,
-    parse_document,
     parse_duration,
     parse_rate,
     parse_speed,
     parse_tokens,
-    parse_ttl,
     plain,
-    read_yaml,
     show,
 )
-from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
+from retimer.timing.distributions import ChunkSampler, GapSampler
 from retimer.timing.model import (
     MAX_PREFILL_SHARE,
     ContextSpec,
@@ -78,11 +50,11 @@ from retimer.timing.model import (
     chunk_distribution,
     decode_seconds,
 )
+from retimer.timing.quantiles import QuantileShape, sample_ttft
 from retimer.wire.prompt import PromptCache, PromptInfo
 
-__all__ = ["DEFAULT_GAP", "DEFAULT_PROFILE", "EXPLICIT_SPEED_BASE", "Profile", "ProfileError",
-           "StreamTiming", "base_profile_name", "builtin_dir", "builtin_profiles", "load_profile",
-           "parse_duration", "parse_rate", "parse_speed", "parse_tokens", "parse_ttl"]
+# ProfileError is the error of every profile operation (retimer.profile.units defines it)
+__all__ = ["DEFAULT_PROFILE", "EXPLICIT_SPEED_BASE", "Profile", "ProfileError", "base_profile_name"]
 
 DEFAULT_PROFILE = "cerebras"
 """The profile of a run that names none and sets no speed of its own."""
@@ -358,62 +330,3 @@ class Profile:
             stalls=StallSampler(self.stalls, r_stall, self.jitter) if self.stalls else None,
             steps=steps,
         )
-
-
-# ---------------------------------------------------------------- loading
-
-
-def _load_file(path: Path, where: str) -> Profile:
-    return Profile(**parse_document(read_yaml(path, where), where), path=path)
-
-
-def builtin_dir() -> Path:
-    """profiles/ inside the installed package, else the source checkout's top-level one."""
-    package = Path(__file__).resolve().parent.parent
-    packaged = package / "profiles"
-    return packaged if packaged.is_dir() else package.parent / "profiles"
-
-
-@functools.cache
-def _builtins(directory: Path) -> tuple[Profile, ...]:
-    profiles: list[Profile] = []
-    owner: dict[str, str] = {}
-    for file in sorted(directory.glob("*.yaml")):
-        where = f"{directory.name}/{file.name}"
-        p = _load_file(file, where)
-        for key in (p.name, *p.aliases):
-            if key in owner:
-                raise ProfileError(f"{where}: name or alias '{key}' is also in {owner[key]}")
-            owner[key] = where
-        profiles.append(p)
-    return tuple(profiles)
-
-
-def builtin_profiles() -> list[Profile]:
-    """Every built-in profile: table rows in table order, then the others by file name."""
-    return list(_builtins(builtin_dir()))
-
-
-def load_profile(name_or_path: str) -> Profile:
-    """A built-in by name or alias (any case), or a YAML file by path.
-
-    A value ending in .yaml/.yml or containing a slash is a path; otherwise it is looked up
-    among the built-ins first and then tried as a file.
-    """
-    raw = name_or_path.strip()
-    looks_like_path = raw.lower().endswith((".yaml", ".yml")) or "/" in raw or "\\" in raw
-    if not looks_like_path:
-        key = raw.lower()
-        known: list[str] = []
-        for p in builtin_profiles():
-            if key == p.name or key in p.aliases:
-                return p
-            known += [p.name, *p.aliases]
-        if not Path(raw).is_file():
-            hint = difflib.get_close_matches(key, known, n=1)
-            near = f"did you mean '{hint[0]}'? " if hint else ""
-            raise ProfileError(f"unknown profile '{raw}' ({near}try: retimer profiles)")
-    path = Path(raw).expanduser()
-    if not path.is_file():
-        raise ProfileError(f"{raw}: no such profile file")
-    return _load_file(path, raw)

@@ -1,9 +1,10 @@
-"""Reading profile YAML strictly: every problem is one line naming the file and the dotted key.
+"""Checking a profile document strictly: every problem is one line naming the file and the dotted key.
 
 Why strict: profiles carry numbers that users compare and cite; a typo (an unknown key, a rate
 of 0, quantiles out of order) must be an error, never a silent default. This module turns a
-parsed document into the keyword arguments of `retimer.profile.model.Profile`; the schema itself
-is documented in profiles/README.md.
+parsed document (read by retimer.profile.loader) into the keyword arguments of
+`retimer.profile.model.Profile`; the values themselves are parsed by retimer.profile.units, and
+the schema is documented in profiles/README.md.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import difflib
 import math
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
-import yaml
-
-from retimer.timing.distributions import QuantileShape
+from retimer.profile.units import (
+    RATE_WHAT,
+    ProfileError,
+    parse_duration,
+    parse_rate,
+    parse_tokens,
+    parse_ttl,
+    plain,
+    show,
+)
 from retimer.timing.model import (
     ContextSpec,
     PrefillSpec,
@@ -26,173 +33,16 @@ from retimer.timing.model import (
     SpeculativeSpec,
     StallSpec,
 )
+from retimer.timing.quantiles import QuantileShape
 
-__all__ = ["DEFAULT_GAP", "LEGACY_LEVEL", "ProfileError", "THINKING_LEVELS", "TIMING_KEYS",
-           "TOP_KEYS", "parse_document",
-           "parse_duration", "parse_rate", "parse_speed", "parse_tokens", "parse_ttl",
-           "read_yaml", "show"]
+__all__ = ["DEFAULT_GAP", "LEGACY_LEVEL", "THINKING_LEVELS", "TIMING_KEYS", "TOP_KEYS",
+           "parse_document"]
 
 DEFAULT_GAP: tuple[float, float] = (1.3, 2.5)
 TIMING_KEYS = ("ttft", "decode", "chunking", "jitter", "prefill", "prompt_cache", "context",
                "reasoning", "stalls", "speculative")
 TOP_KEYS = ("name", "aliases", "description", "source", "passthrough", *TIMING_KEYS)
 _SLUG = re.compile(r"[a-z0-9][a-z0-9._-]*")
-
-
-class ProfileError(ValueError):
-    """A profile (or an option that changes one) is unusable; str() is one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
-
-
-def show(value: object) -> str:
-    """A short one-line rendering of a bad value for an error message."""
-    text = repr(value) if isinstance(value, str) else str(value)
-    text = " ".join(text.split())
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-_NUM = r"\s*([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)\s*"
-_DURATION = re.compile(_NUM + r"(ms|s)?\s*", re.I)
-_TTL = re.compile(_NUM + r"(ms|s|m|min|h)\s*", re.I)
-_RATE = re.compile(_NUM + r"(tok/s|tokens/s|t/s|tps)?\s*", re.I)
-_TOKENS = re.compile(_NUM + r"(k|m)?\s*", re.I)
-_SPEED = re.compile(_NUM + r"(x|%)?\s*", re.I)
-_TTL_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def plain(value: object) -> float:
-    """A YAML int or float (never a bool or a string) as a float, else NaN."""
-    v = _number(value)
-    return math.nan if v is None else v
-
-
-# Beyond these a value is a typo, and would hold a client for ever (a 1e30-token "reasoning")
-MAX_SECONDS = 3600.0
-MIN_RATE, MAX_RATE = 0.01, 1e6
-MAX_TOKENS = 1e8
-MIN_SPEED, MAX_SPEED = 0.001, 1000.0
-_RATE_WHAT = "a positive number of tokens/s (0.01 to 1,000,000)"
-
-
-def parse_duration(value: str | int | float) -> float:
-    """Seconds from "400ms", "2s", "1.5s", or a bare number, which means MILLISECONDS.
-
-    Bare numbers are milliseconds because TTFT is quoted in ms everywhere (the speed table,
-    provider dashboards) and `--ttft 250` should mean 250 ms. Zero is allowed here; callers
-    that need a positive duration check it. Negative, non-finite or garbage values raise.
-    """
-    num = _number(value)
-    if num is not None:
-        seconds = num / 1000.0
-    elif isinstance(value, str) and (m := _DURATION.fullmatch(value)):
-        n = float(m.group(1))
-        seconds = n if (m.group(2) or "ms").lower() == "s" else n / 1000.0
-    else:
-        example = "use e.g. 400ms, 1.5s, or a bare number of ms"
-        raise ProfileError(f"invalid duration {show(value)} ({example})")
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ProfileError(f"invalid duration {show(value)}: must be a finite, non-negative time")
-    if seconds > MAX_SECONDS:
-        raise ProfileError(f"invalid duration {show(value)}: must be at most 1 hour")
-    return seconds
-
-
-def parse_ttl(value: str) -> float:
-    """Seconds from a lifetime that must carry its unit: "300s", "5m", "1h" (also ms, min)."""
-    m = _TTL.fullmatch(value) if isinstance(value, str) else None
-    if m is None:
-        raise ProfileError(f"invalid lifetime {show(value)} (use e.g. 5m, 1h or 300s)")
-    return float(m.group(1)) * _TTL_UNITS[m.group(2).lower()]
-
-
-def parse_rate(value: str | int | float) -> float:
-    """Tokens per second from 40, "40", "40tok/s" (also "tokens/s", "t/s", "tps"); > 0."""
-    num = _number(value)
-    if num is None:
-        m = _RATE.fullmatch(value) if isinstance(value, str) else None
-        if m is None:
-            raise ProfileError(f"invalid rate {show(value)} (use e.g. 40 or 40tok/s)")
-        num = float(m.group(1))
-    if not (math.isfinite(num) and num > 0):
-        raise ProfileError(f"invalid rate {show(value)}: must be a positive number of tokens/s")
-    if not MIN_RATE <= num <= MAX_RATE:
-        raise ProfileError(f"invalid rate {show(value)}: must be from {MIN_RATE:g} to "
-                           f"{MAX_RATE:,.0f} tokens/s")
-    return num
-
-
-def parse_tokens(value: str | int | float) -> float:
-    """A token count from 64000, "64000", "64k" or "1M"."""
-    num = _number(value)
-    if num is None:
-        m = _TOKENS.fullmatch(value) if isinstance(value, str) else None
-        if m is None:
-            raise ProfileError(f"invalid token count {show(value)} (use e.g. 64000 or 64k)")
-        num = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[(m.group(2) or "").lower()]
-    if num > MAX_TOKENS:
-        raise ProfileError(f"invalid token count {show(value)}: must be at most 100M")
-    return num
-
-
-def parse_speed(value: str | int | float) -> float:
-    """A playback factor from 2, "2", "0.5x", "200%" (2 = twice as fast); must be > 0."""
-    num = _number(value)
-    if num is None:
-        m = _SPEED.fullmatch(value) if isinstance(value, str) else None
-        if m is None:
-            raise ProfileError(f"invalid speed {show(value)}")
-        num = float(m.group(1)) / (100.0 if m.group(2) == "%" else 1.0)
-    if not (math.isfinite(num) and num > 0):
-        raise ProfileError(f"invalid speed {show(value)}: must be positive")
-    if not MIN_SPEED <= num <= MAX_SPEED:
-        raise ProfileError(f"invalid speed {show(value)}: must be from {MIN_SPEED:g}x to {MAX_SPEED:g}x")
-    return num
-
-
-def read_yaml(path: Path, where: str) -> object:
-    """The parsed document; duplicate keys and YAML syntax errors are one-line errors."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ProfileError(f"{where}: cannot read the file ({type(e).__name__}: {e})") from None
-    try:
-        return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
-    except ProfileError as e:
-        raise ProfileError(f"{where}: {e}") from None
-    except RecursionError:
-        raise ProfileError(f"{where}: invalid YAML: nested too deeply") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(e, "problem", None) or str(e)
-        raise ProfileError(f"{where}: invalid YAML{at}: {problem}") from None
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate keys (plain PyYAML silently keeps the last one)."""
-
-
-def _construct_mapping(
-    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
-) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ProfileError(f"duplicate key {show(key)} at line {key_node.start_mark.line + 1}")
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
 def _dotted(parent: str, key: object) -> str:
@@ -304,7 +154,7 @@ def parse_document(data: object, where: str) -> dict[str, Any]:
     out["ttft"] = r.quantiles("ttft", r.require("", top, "ttft"), _DUR, parse_duration)
     d = r.mapping("decode", r.require("", top, "decode"), ("tps", "gap"))
     out["tps"] = r.number("decode.tps", r.require("decode", d, "tps"),
-                          _RATE_WHAT, parse_rate)
+                          RATE_WHAT, parse_rate)
     if "gap" in d:
         g = r.mapping("decode.gap", d["gap"], ("p90", "p99"))
         g90, g99 = (r.number(f"decode.gap.{k}", r.require("decode.gap", g, k),
@@ -352,7 +202,7 @@ def _chunking(r: _Reader, raw: object) -> tuple[tuple[int, float], ...]:
 def _prefill(r: _Reader, raw: object) -> PrefillSpec:
     m = r.mapping("prefill", raw, ("tps", "reference_tokens"))
     tps = r.number("prefill.tps", r.require("prefill", m, "tps"),
-                   _RATE_WHAT, parse_rate)
+                   RATE_WHAT, parse_rate)
     ref = r.count("prefill.reference_tokens", m["reference_tokens"], 0) \
         if "reference_tokens" in m else 1000
     return PrefillSpec(tps, ref)

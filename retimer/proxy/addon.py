@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 from mitmproxy import ctx, exceptions, http
 
-from retimer.profile.model import Profile, ProfileError, base_profile_name, load_profile
+from retimer.profile.loader import load_profile
+from retimer.profile.model import Profile, ProfileError, base_profile_name
 from retimer.proxy import bridge
 from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
 from retimer.proxy.ws_pacing import WebSocketPacing

@@ -26,7 +26,7 @@ from typing import Any
 from mitmproxy import ctx, exceptions
 from mitmproxy.utils import human
 
-from retimer.profile.schema import parse_duration
+from retimer.profile.units import parse_duration
 from retimer.proxy import bridge
 from retimer.proxy.security import exposure_warning
 

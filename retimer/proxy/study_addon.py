@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
-from retimer.profile.model import Profile, ProfileError, load_profile
-from retimer.profile.schema import read_yaml
+from retimer.profile.loader import load_profile, read_yaml
+from retimer.profile.model import Profile, ProfileError
 from retimer.proxy.addon import PROFILE_KEY, Retimer
 from retimer.proxy.flows import RECORD_KEY, destination_host
 from retimer.proxy.pac import addressed_to_proxy

@@ -26,7 +26,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from retimer.timing.distributions import ChunkSampler, GapSampler, QuantileShape, sample_ttft
+from retimer.timing.distributions import ChunkSampler, GapSampler
+from retimer.timing.quantiles import QuantileShape, sample_ttft
 
 __all__ = ["EARLY_TOKENS", "MAX_PREFILL_SHARE", "ContextSpec", "PrefillSpec", "PromptCacheSpec",
            "ReasoningSpec", "SpeculativeSpec", "StallSampler", "StallSpec", "StreamTiming",
