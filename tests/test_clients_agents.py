@@ -48,7 +48,9 @@ from typing import Any
 import pytest
 
 from retimer.wire.tokenizer import count_tokens
-from tests.clients.fakeapi import ApiRequest, FakeAPI, Reply, token_deltas
+from tests.clients.agent_script import ApiRequest, Reply
+from tests.clients.api_bodies import token_deltas
+from tests.clients.fakeapi import FakeAPI
 from tests.proxy import RetimerProxy
 
 TESTS = Path(__file__).parent
