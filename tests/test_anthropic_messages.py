@@ -164,7 +164,7 @@ def test_property_split_integrity(name: str, rnd: random.Random, data: st.DataOb
             obj = json.loads(ev.data or "")
             assert obj["type"] == orig["type"] and obj["index"] == orig["index"]
             assert obj["delta"]["type"] == orig["delta"]["type"]
-            assert obj == {**orig, "delta": {**orig["delta"], r.event.payload.field: piece}}
+            assert obj == {**orig, "delta": {**orig["delta"], r.event.payload.path[-1]: piece}}
             assert _validates(obj)
 
 

@@ -198,7 +198,7 @@ def test_property_split_integrity(name: str, rnd: random.Random, data: st.DataOb
             [ev] = sse_events(raw_piece)
             assert ev.event == "content_block_delta" and ev.newline == orig_sse.newline
             obj = json.loads(ev.data or "")
-            assert obj == {**orig, "delta": {**orig["delta"], r.event.payload.field: piece}}
+            assert obj == {**orig, "delta": {**orig["delta"], r.event.payload.path[-1]: piece}}
             assert _validates(obj)
 
 

@@ -180,7 +180,9 @@ def _check_piece_shapes(event: Event, out: list[bytes]) -> None:
     [orig_sse] = sse_events(event.raw)
     orig = json.loads(orig_sse.data or "")
     target = event.payload
-    orig_choice = orig["choices"][target.choice]
+    choice, target_key = target.path[1], target.path[3]
+    mirror_keys = [m[3] for m in target.mirrors if len(m) == 4]
+    orig_choice = orig["choices"][choice]
     objs = pieces_json(out)
     for i, (raw, obj) in enumerate(zip(out, objs)):
         first, last = i == 0, i == len(objs) - 1
@@ -207,11 +209,12 @@ def _check_piece_shapes(event: Event, out: list[bytes]) -> None:
         if first:
             assert list(delta) == list(orig_delta)
         else:
-            assert set(delta) <= {target.key, *target.mirrors, "reasoning_details"}
+            assert set(delta) <= {target_key, *mirror_keys, "reasoning_details"}
             assert "role" not in delta
-        if target.key == "tool_calls":
-            orig_call = orig_delta["tool_calls"][target.tool]
-            call = delta["tool_calls"][target.tool if first else 0]
+        if target_key == "tool_calls":
+            tool = target.path[4]
+            orig_call = orig_delta["tool_calls"][tool]
+            call = delta["tool_calls"][tool if first else 0]
             assert call["index"] == orig_call["index"]
             if first:
                 assert {k: v for k, v in call.items() if k != "function"} == {

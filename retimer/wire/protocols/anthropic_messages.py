@@ -12,10 +12,10 @@ re-serialised pieces are compact, which clients cannot tell apart.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
 
@@ -26,15 +26,6 @@ _DELTA_FIELDS: dict[str, tuple[str, Channel]] = {
     "thinking_delta": ("thinking", Channel.REASONING),
     "input_json_delta": ("partial_json", Channel.TOOL_ARGS),
 }
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """The parsed event and which delta field holds its string."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    field: str
 
 
 class AnthropicMessagesAdapter(SSEJSONAdapter):
@@ -58,8 +49,8 @@ class AnthropicMessagesAdapter(SSEJSONAdapter):
         text = delta.get(field)  # type: ignore[union-attr]
         if not isinstance(text, str) or not text:
             return Event(raw=sse.raw)
-        return Event(raw=sse.raw, texts=((channel, text),), payload=_Target(sse, obj, field))
+        return Event(raw=sse.raw, texts=((channel, text),), payload=JSONTarget(sse, obj, ("delta", field)))
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """Every piece is the same event with the string replaced."""
-        return {**target.obj, "delta": {**target.obj["delta"], target.field: piece}}
+        return target.with_text(piece)

@@ -32,13 +32,14 @@ import binascii
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from retimer.wire.eventstream import EventStreamFramer, Frame
 from retimer.wire.media import JSON, is_amazon_event_stream
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.jsontarget import JSONTarget, replaced
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps, request_path
 
@@ -68,42 +69,36 @@ _TITAN_LAST_ONLY = ("amazon-bedrock-invocationMetrics",)  # absent but on the la
 
 
 @dataclass(slots=True, frozen=True)
-class _Converse:
-    """A splittable contentBlockDelta: its frame, payload, and where the string sits in delta."""
-
-    frame: Frame
-    obj: dict[str, Any]
-    member: str
-    field: str | None
-
-    def piece(self, text: str, *, first: bool, last: bool) -> dict[str, Any]:
-        delta = self.obj["delta"]
-        value: Any = text if self.field is None else {**delta[self.member], self.field: text}
-        return _padded({**self.obj, "delta": {**delta, self.member: value}}, last)
-
-
-@dataclass(slots=True, frozen=True)
 class _Chunk:
-    """A splittable invoke `chunk`: outer payload, decoded inner event, its string's key."""
+    """An invoke `chunk` frame and its outer payload, whose `bytes` hold the inner event."""
 
     frame: Frame
-    obj: dict[str, Any]
-    inner: dict[str, Any]
-    kind: Literal["anthropic", "titan"]
-    field: str
+    outer: dict[str, Any]
 
-    def piece(self, text: str, *, first: bool, last: bool) -> dict[str, Any]:
-        inner = self.inner
-        if self.kind == "anthropic":
-            inner = {**inner, "delta": {**inner["delta"], self.field: text}}
-        else:
-            inner = {k: v for k, v in inner.items() if last or k not in _TITAN_LAST_ONLY}
-            inner[self.field] = text
-            for key in (*_TITAN_FIRST, *_TITAN_LAST):
-                if key in inner and not (first if key in _TITAN_FIRST else last):
-                    inner[key] = None
-        data = base64.b64encode(dumps(inner).encode("utf-8")).decode("ascii")
-        return _padded({**self.obj, "bytes": data}, last)
+
+# Split targets: a contentBlockDelta is JSONTarget[Frame] at ("delta", member[, field]); an invoke
+# chunk is JSONTarget[_Chunk] on its decoded inner event, at ("delta", field) for Anthropic's
+# events and at _TITAN_TEXT for Titan's.
+_TITAN_TEXT = ("outputText",)
+
+
+def _converse_piece(target: JSONTarget[Frame], text: str, *, last: bool) -> dict[str, Any]:
+    return _padded(target.with_text(text), last)
+
+
+def _chunk_piece(target: JSONTarget[_Chunk], text: str, *, first: bool, last: bool) -> dict[str, Any]:
+    """The outer payload of one piece: the inner event with the text replaced, re-encoded."""
+    inner = target.obj
+    if target.path == _TITAN_TEXT:
+        inner = {k: v for k, v in inner.items() if last or k not in _TITAN_LAST_ONLY}
+        inner = replaced(inner, target.path, text)
+        for key in (*_TITAN_FIRST, *_TITAN_LAST):
+            if key in inner and not (first if key in _TITAN_FIRST else last):
+                inner[key] = None
+    else:
+        inner = target.with_text(text)
+    data = base64.b64encode(dumps(inner).encode("utf-8")).decode("ascii")
+    return _padded({**target.frame.outer, "bytes": data}, last)
 
 
 class BedrockEventStreamAdapter(Adapter):
@@ -144,14 +139,16 @@ class BedrockEventStreamAdapter(Adapter):
         check_split(event, pieces)
         if len(pieces) == 1:
             return [event.raw]
-        target: _Converse | _Chunk = event.payload
+        target = event.payload  # JSONTarget[Frame] or JSONTarget[_Chunk]
         last = len(pieces) - 1
-        return [
-            target.frame.with_payload(
-                dumps(target.piece(p, first=i == 0, last=i == last)).encode("utf-8")
-            )
-            for i, p in enumerate(pieces)
-        ]
+        out: list[bytes] = []
+        for i, text in enumerate(pieces):
+            if isinstance(target.frame, _Chunk):
+                frame, obj = target.frame.frame, _chunk_piece(target, text, first=i == 0, last=i == last)
+            else:
+                frame, obj = target.frame, _converse_piece(target, text, last=i == last)
+            out.append(frame.with_payload(dumps(obj).encode("utf-8")))
+        return out
 
     # -- classification --------------------------------------------------------------------
     def _event(self, frame: Frame) -> Event:
@@ -186,7 +183,7 @@ def _converse_event(frame: Frame, obj: dict[str, Any]) -> Event:
             continue
         if isinstance(text, str) and text:
             atomic = extra or set(delta) != {member} or not set(obj) <= _CONVERSE_KEYS
-            target = _Converse(frame, obj, member, field)
+            target = JSONTarget(frame, obj, ("delta", member) if field is None else ("delta", member, field))
             return Event(raw=frame.raw, texts=((channel, text),), payload=target, atomic=atomic)
     return Event(raw=frame.raw)
 
@@ -208,7 +205,7 @@ def _chunk_event(frame: Frame, obj: dict[str, Any], estimator: GenericStreamAdap
     if isinstance(titan, str):
         if not titan:
             return Event(raw=frame.raw)
-        target = _Chunk(frame, obj, inner, "titan", "outputText")
+        target = JSONTarget(_Chunk(frame, obj), inner, _TITAN_TEXT)
         return Event(raw=frame.raw, texts=((Channel.TEXT, titan),), payload=target, atomic=outer_extra)
     generation = inner.get("generation")  # Meta Llama
     text = generation if isinstance(generation, str) else estimator.estimate(dumps(inner))
@@ -226,7 +223,7 @@ def _anthropic_event(frame: Frame, obj: dict[str, Any], inner: dict[str, Any], a
     text = delta.get(spec[0]) if spec is not None else None
     if spec is None or not isinstance(text, str) or not text:
         return Event(raw=frame.raw)
-    target = _Chunk(frame, obj, inner, "anthropic", spec[0])
+    target = JSONTarget(_Chunk(frame, obj), inner, ("delta", spec[0]))
     return Event(raw=frame.raw, texts=((spec[1], text),), payload=target, atomic=atomic)
 
 

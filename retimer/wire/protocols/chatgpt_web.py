@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontarget import JSONPath, JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, dumps, posts_event_stream
 from retimer.wire.sse import SSEEvent, format_event
 
@@ -116,21 +117,17 @@ class _Hit:
 
 
 @dataclass(slots=True, frozen=True)
-class _Append:
-    """A v1 event with one string append: the op itself, or item `item` of a patch."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    item: int | None
-
-
-@dataclass(slots=True, frozen=True)
 class _Cumulative:
-    """A legacy full-message event and the text its message had before it."""
+    """The frame of a legacy full-message event, and the text its message had before it."""
 
     sse: SSEEvent
-    obj: dict[str, Any]
     prefix: str
+
+
+# Split targets: a v1 append is JSONTarget[SSEEvent] at ("v",) (the op itself) or
+# ("v", item, "v") (item `item` of a patch); a legacy event is JSONTarget[_Cumulative] at
+# ("message", "content", "parts", 0).
+_LEGACY_TEXT: JSONPath = ("message", "content", "parts", 0)
 
 
 class ChatGPTWebAdapter(SSEJSONAdapter):
@@ -194,7 +191,8 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
             first.item is not None and not _ITEM_KEYS.issuperset(value[first.item])  # type: ignore[index]
         ):
             return Event(raw=sse.raw, texts=texts, atomic=True)
-        return Event(raw=sse.raw, texts=texts, payload=_Append(sse, obj, first.item))
+        where: JSONPath = ("v",) if first.item is None else ("v", first.item, "v")
+        return Event(raw=sse.raw, texts=texts, payload=JSONTarget(sse, obj, where))
 
     def _op_apply(self, path: Any, op: Any, value: Any, hits: list[_Hit], item: int | None) -> None:
         """Follow one op: track the message it patches, collect the text it adds."""
@@ -275,40 +273,35 @@ class ChatGPTWebAdapter(SSEJSONAdapter):
         if (not extends or message.get("status") not in ("in_progress", None)
                 or len(new) * len(sse.raw) > _MAX_SPLIT_OUTPUT):
             return Event(raw=sse.raw, texts=((channel, new),), atomic=True)
-        return Event(raw=sse.raw, texts=((channel, new),), payload=_Cumulative(sse, obj, prev))
+        target = JSONTarget(_Cumulative(sse, prev), obj, _LEGACY_TEXT)
+        return Event(raw=sse.raw, texts=((channel, new),), payload=target)
 
     # -- splitting -------------------------------------------------------------------
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         target = event.payload
-        if not isinstance(target, _Cumulative):
+        if target is None or not isinstance(target.frame, _Cumulative):
             return super().split(event, pieces)
         check_split(event, pieces)
         if len(pieces) == 1:
             return [event.raw]
-        sse = target.sse
+        sse = target.frame.sse
         out: list[bytes] = []
-        text = target.prefix
+        text = target.frame.prefix
         for piece in pieces[:-1]:
             text += piece
-            out.append(format_event(sse.event, dumps(_with_text(target.obj, text)), sse.newline))
+            out.append(format_event(sse.event, dumps(target.with_text(text)), sse.newline))
         out[0] = sse.preamble + out[0]
         out.append(sse.raw[sse.body_start:])  # the full text: the original event, verbatim
         return out
 
-    def piece(self, target: _Append, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """See the module docstring: the state the client inherits must stay the same."""
         obj = target.obj
-        if target.item is None:
-            return {**obj, "v": piece} if first else {"v": piece}
+        if len(target.path) == 1:
+            return target.with_text(piece) if first else {"v": piece}
         items: list[Any] = obj["v"]
-        i = target.item
+        i = target.path[1]
+        assert isinstance(i, int)
         op = {**items[i], "v": piece}
         return {**obj, "v": [*(items[:i] if first else ()), op, *(items[i + 1:] if last else ())]}
 
-
-def _with_text(obj: dict[str, Any], text: str) -> dict[str, Any]:
-    """The legacy event with the message's parts[0] replaced."""
-    message = obj["message"]
-    content = message["content"]
-    parts = [text, *content["parts"][1:]]
-    return {**obj, "message": {**message, "content": {**content, "parts": parts}}}

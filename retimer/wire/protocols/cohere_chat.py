@@ -19,10 +19,10 @@ a top-level `logprobs` (one entry per token) goes on the last piece only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
 
@@ -40,15 +40,6 @@ _STARTS: dict[str, tuple[tuple[tuple[str, ...], Channel], ...]] = {
     "tool-call-start": _DELTAS["tool-call-delta"],
 }
 _LAST_ONLY = ("logprobs",)
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """The parsed event and where, under delta.message, its one string is."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    path: tuple[str, ...]
 
 
 class CohereChatAdapter(SSEJSONAdapter):
@@ -69,27 +60,21 @@ class CohereChatAdapter(SSEJSONAdapter):
         if specs is None or not isinstance(message, dict):
             return Event(raw=sse.raw)
         texts: list[tuple[Channel, str]] = []
-        target: _Target | None = None
+        target: JSONTarget[SSEEvent] | None = None
         for path, channel in specs:
             value = _get(message, path)
             if isinstance(value, str) and value:
                 texts.append((channel, value))
-                target = _Target(sse, obj, path)
+                target = JSONTarget(sse, obj, ("delta", "message", *path))
         if not texts:
             return Event(raw=sse.raw)
         atomic = kind in _STARTS or len(texts) > 1
         return Event(raw=sse.raw, texts=tuple(texts), payload=None if atomic else target,
                      atomic=atomic)
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """The same event with the string replaced; logprobs only on the last piece."""
-        delta = target.obj["delta"]
-        message = _put(delta["message"], target.path, piece)
-        return {
-            k: ({**delta, "message": message} if k == "delta" else v)
-            for k, v in target.obj.items()
-            if last or k not in _LAST_ONLY
-        }
+        return {k: v for k, v in target.with_text(piece).items() if last or k not in _LAST_ONLY}
 
 
 def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
@@ -101,8 +86,3 @@ def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
         value = value.get(key)
     return value
 
-
-def _put(obj: dict[str, Any], path: tuple[str, ...], text: str) -> dict[str, Any]:
-    """A copy of `obj` with the string at `path` replaced (the objects on the way copied)."""
-    head, *rest = path
-    return {**obj, head: _put(obj[head], tuple(rest), text) if rest else text}

@@ -36,10 +36,10 @@ from __future__ import annotations
 import copy
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
 
@@ -60,14 +60,6 @@ _INDEX = re.compile(r"-?\d+")
 _MAX_DEPTH = 8
 
 Texts = list[tuple[Channel, str]]
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """A splittable string APPEND: the event and its patch object."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
 
 
 class DeepSeekWebAdapter(SSEJSONAdapter):
@@ -106,12 +98,12 @@ class DeepSeekWebAdapter(SSEJSONAdapter):
         if not texts:
             return Event(raw=sse.raw)
         if channel is not None and obj.keys() <= _PATCH_KEYS:
-            return Event(raw=sse.raw, texts=((channel, value),), payload=_Target(sse, obj))
+            return Event(raw=sse.raw, texts=((channel, value),), payload=JSONTarget(sse, obj, ("v",)))
         return Event(raw=sse.raw, texts=tuple(texts), atomic=True)
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """The original patch on the first piece; bare `{"v": ...}` (sticky path/op) after it."""
-        return {**target.obj, "v": piece} if first else {"v": piece}
+        return target.with_text(piece) if first else {"v": piece}
 
     # -- the document skeleton ----------------------------------------------------------
     def _effective_op(self, segs: list[str], op: str | None, value: Any) -> str:

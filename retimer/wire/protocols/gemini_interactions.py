@@ -21,10 +21,10 @@ A split repeats the event with the string replaced, so every piece keeps the ste
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, request_path
 from retimer.wire.sse import SSEEvent, is_event_stream
 
@@ -39,15 +39,6 @@ _DELTAS: dict[str, tuple[tuple[str, ...], Channel]] = {
 }
 _LAST_ONLY = ("event_id", "metadata")
 _RESUME = re.compile(r"/interactions/[^/]+\Z")
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """The parsed event and where its one string is inside `delta`."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    path: tuple[str, ...]
 
 
 class GeminiInteractionsAdapter(SSEJSONAdapter):
@@ -81,19 +72,8 @@ class GeminiInteractionsAdapter(SSEJSONAdapter):
             return Event(raw=sse.raw)
         if path == ("content", "text") and delta["content"].get("type", "text") != "text":
             return Event(raw=sse.raw)
-        return Event(raw=sse.raw, texts=((channel, value),), payload=_Target(sse, obj, path))
+        return Event(raw=sse.raw, texts=((channel, value),), payload=JSONTarget(sse, obj, ("delta", *path)))
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """The same event with the string replaced; event_id and metadata last only."""
-        delta = _put(target.obj["delta"], target.path, piece)
-        return {
-            k: (delta if k == "delta" else v)
-            for k, v in target.obj.items()
-            if last or k not in _LAST_ONLY
-        }
-
-
-def _put(obj: dict[str, Any], path: tuple[str, ...], text: str) -> dict[str, Any]:
-    """A copy of `obj` with the string at `path` replaced (the objects on the way copied)."""
-    head, *rest = path
-    return {**obj, head: _put(obj[head], tuple(rest), text) if rest else text}
+        return {k: v for k, v in target.with_text(piece).items() if last or k not in _LAST_ONLY}

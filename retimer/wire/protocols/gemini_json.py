@@ -30,12 +30,12 @@ from retimer.wire.media import is_json
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
 from retimer.wire.protocols.gemini_sse import (
-    GeminiTextPart,
     classify_response,
     is_stream_generate,
     piece_response,
     wants_sse,
 )
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.repeats import SoFar
 
@@ -56,12 +56,11 @@ class _State(Enum):
 
 
 @dataclass(slots=True, frozen=True)
-class _Target:
-    """A splittable element: its separator prefix, layout, and text part."""
+class _Element:
+    """How a splittable element was written: its separator prefix and its layout."""
 
     prefix: bytes
     pretty: bool
-    part: GeminiTextPart
 
 
 class GeminiJSONArrayAdapter(Adapter):
@@ -214,12 +213,12 @@ class GeminiJSONArrayAdapter(Adapter):
             return Event(raw=raw)
         if obj.get("error"):
             self._api_error = True
-        texts, part = classify_response(obj, self._seen)
+        texts, path = classify_response(obj, self._seen)
         if not texts:
             return Event(raw=raw)
-        if part is None:
+        if path is None:
             return Event(raw=raw, texts=texts, atomic=True)
-        target = _Target(raw[:prefix_len], b"\n" in body, part)
+        target = JSONTarget(_Element(raw[:prefix_len], b"\n" in body), obj, path)
         return Event(raw=raw, texts=texts, payload=target)
 
     def _compact(self) -> None:
@@ -234,18 +233,19 @@ class GeminiJSONArrayAdapter(Adapter):
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         """Write len(pieces) array elements; the first keeps the event's own prefix."""
         check_split(event, pieces)
-        target = event.payload
+        target: JSONTarget[_Element] = event.payload
         if len(pieces) == 1:
             return [event.raw]
-        separator = self._separator_for(target)
+        element = target.frame
+        separator = self._separator_for(element)
         last = len(pieces) - 1
         out: list[bytes] = []
         for i, piece in enumerate(pieces):
-            obj = piece_response(target.part, piece, first=i == 0, last=i == last)
-            out.append((target.prefix if i == 0 else separator) + _dumps(obj, target.pretty))
+            obj = piece_response(target, piece, first=i == 0, last=i == last)
+            out.append((element.prefix if i == 0 else separator) + _dumps(obj, element.pretty))
         return out
 
-    def _separator_for(self, target: _Target) -> bytes:
+    def _separator_for(self, target: _Element) -> bytes:
         """The separator between elements, in the style this stream uses."""
         if b"," in target.prefix:
             return target.prefix

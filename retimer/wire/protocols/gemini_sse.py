@@ -24,16 +24,16 @@ follows, and its chunk is sent whole (see repeats.py).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, unquote
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONPath, JSONTarget
 from retimer.wire.protocols.repeats import SoFar
 from retimer.wire.protocols.sse_json import SSEJSONAdapter
 from retimer.wire.sse import SSEEvent, is_event_stream
 
-__all__ = ["GeminiSSEAdapter", "GeminiTextPart", "classify_response", "is_stream_generate", "piece_response"]
+__all__ = ["GeminiSSEAdapter", "classify_response", "is_stream_generate", "piece_response", "wants_sse"]
 
 # Where each field of a split chunk goes: on every piece, on the last only, else on the first.
 _EVERY_TOP = frozenset({"responseId", "modelVersion", "createTime"})
@@ -50,15 +50,6 @@ _LAST_PART = frozenset({"thoughtSignature"})
 _EMPTY: frozenset[str] = frozenset()
 
 
-@dataclass(slots=True, frozen=True)
-class GeminiTextPart:
-    """The decoded chunk of a splittable event and where its one text part sits."""
-
-    obj: dict[str, Any]
-    candidate: int
-    part: int
-
-
 def is_stream_generate(path: str) -> bool:
     """True when the path (query excluded) names the `streamGenerateContent` method."""
     bare = unquote(path.split("?", 1)[0].split("#", 1)[0]).rstrip("/")
@@ -73,9 +64,10 @@ def wants_sse(path: str) -> bool:
 
 def classify_response(
     obj: dict[str, Any], seen: SoFar | None = None
-) -> tuple[tuple[tuple[Channel, str], ...], GeminiTextPart | None]:
-    """The token texts of one GenerateContentResponse, and its split target when splittable
-    (never when a part repeated the text counted for its candidate, see repeats.py)."""
+) -> tuple[tuple[tuple[Channel, str], ...], JSONPath | None]:
+    """The token texts of one GenerateContentResponse, and the path of its one text part when
+    it is splittable (never when a part repeated the text counted for its candidate, see
+    repeats.py): ("candidates", candidate, "content", "parts", part, "text")."""
     candidates = obj.get("candidates")
     if not isinstance(candidates, list):
         return (), None
@@ -104,10 +96,11 @@ def classify_response(
                 texts.append((Channel.TOOL_ARGS, json.dumps(
                     arguments, ensure_ascii=False, separators=(",", ":"))))
                 repeated = True  # whole: the call is sent as it came, never split
-    target = None
+    path: JSONPath | None = None
     if len(candidates) == 1 and nparts == 1 and len(texts) == 1 and not repeated:
-        target = GeminiTextPart(obj, *where[0])
-    return tuple(texts), target
+        ci, pi = where[0]
+        path = ("candidates", ci, "content", "parts", pi, "text")
+    return tuple(texts), path
 
 
 def _pick(d: dict[str, Any], every: frozenset[str], last_only: frozenset[str], *,
@@ -122,12 +115,13 @@ def _pick(d: dict[str, Any], every: frozenset[str], last_only: frozenset[str], *
     return out
 
 
-def piece_response(target: GeminiTextPart, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
-    """The GenerateContentResponse of one piece of a split chunk."""
+def piece_response(target: JSONTarget[Any], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    """The GenerateContentResponse of one piece of a split chunk (target: classify_response's path)."""
     obj = target.obj
-    cand = obj["candidates"][target.candidate]
+    _, candidate, _, _, part_index, _ = target.path
+    cand = obj["candidates"][candidate]
     content = cand["content"]
-    part = content["parts"][target.part]
+    part = content["parts"][part_index]
     new_part = _pick(part, _EVERY_PART, _LAST_PART, first=first, last=last, skip="text")
     new_part = _insert(part, new_part, "text", piece)
     new_content = _pick(content, _EVERY_CONTENT, _EMPTY, first=first, last=last, skip="parts")
@@ -168,19 +162,11 @@ class GeminiSSEAdapter(SSEJSONAdapter):
         )
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        texts, target = classify_response(obj, self._seen)
+        texts, path = classify_response(obj, self._seen)
         if not texts:
             return Event(raw=sse.raw)
-        payload = None if target is None else _Target(sse, target)
-        return Event(raw=sse.raw, texts=texts, payload=payload, atomic=target is None)
+        payload = None if path is None else JSONTarget(sse, obj, path)
+        return Event(raw=sse.raw, texts=texts, payload=payload, atomic=path is None)
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
-        return piece_response(target.part, piece, first=first, last=last)
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """The SSE event of a splittable chunk and its text part."""
-
-    sse: SSEEvent
-    part: GeminiTextPart
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+        return piece_response(target, piece, first=first, last=last)

@@ -70,8 +70,9 @@ class _Malformed(Exception):
 
 
 @dataclass(slots=True, frozen=True)
-class _Target:
-    """Where a frame's growing text sits, so the frame can be rebuilt with the text cut."""
+class _TextLiteral:
+    """Where a frame's growing text sits in its source, so the frame can be rebuilt with the
+    text cut (not a JSONTarget: the cut is made on the source, which is never re-serialised)."""
 
     lead: bytes  # whitespace before the length digits (goes on the first piece)
     body: str  # everything the length counts
@@ -239,7 +240,7 @@ class GeminiWebAdapter(Adapter):
         check_split(event, pieces)
         if len(pieces) == 1:
             return [event.raw]
-        t: _Target = event.payload
+        t: _TextLiteral = event.payload
         cuts: list[int] = []
         total = t.base
         for piece in pieces[:-1]:
@@ -266,7 +267,7 @@ class GeminiWebAdapter(Adapter):
 
 # -- helpers ---------------------------------------------------------------------------
 def _target(raw: bytes, lead: int, body: str, js: int, je: int, outer_path: tuple[int, ...],
-            text_path: tuple[int, ...], base: int) -> _Target | None:
+            text_path: tuple[int, ...], base: int) -> _TextLiteral | None:
     """Locate the two string literals a cut touches; None unless they read back exactly."""
     line = body[js:je]
     try:
@@ -281,7 +282,7 @@ def _target(raw: bytes, lead: int, body: str, js: int, je: int, outer_path: tupl
             return None
     except (ValueError, IndexError, RecursionError):
         return None
-    return _Target(raw[:lead], body, js, je, (o_start, o_end), inner_src, (t_start, t_end), base)
+    return _TextLiteral(raw[:lead], body, js, je, (o_start, o_end), inner_src, (t_start, t_end), base)
 
 
 def _locate(src: str, path: tuple[int, ...]) -> tuple[int, int, Any]:

@@ -16,12 +16,12 @@ unterminated final line stays unterminated, as Ollama sends it).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.ndjson import NDJSONLine, NDJSONParser, is_ndjson
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontarget import JSONTarget, replaced
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps, request_path
 
@@ -41,16 +41,6 @@ _FINAL_ONLY = frozenset({
     "context",
     "logprobs",
 })
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """A splittable line: its object, where its string sits, and how the line ended."""
-
-    obj: dict[str, Any]
-    key: str  # "content"/"thinking" inside message, or "response"/"thinking" at top level
-    in_message: bool
-    newline: str
 
 
 class OllamaAdapter(Adapter):
@@ -110,34 +100,34 @@ class OllamaAdapter(Adapter):
             return Event(raw=line.raw, texts=tuple(texts), atomic=True)
         if len(texts) != 1:
             return Event(raw=line.raw, texts=tuple(texts))
-        target = _Target(obj, keys[0], in_message, line.newline)
+        # the frame is the line's ending; the string is in message (chat) or at the top (generate)
+        target = JSONTarget(line.newline, obj, ("message", keys[0]) if in_message else (keys[0],))
         return Event(raw=line.raw, texts=tuple(texts), payload=target)
 
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         check_split(event, pieces)
-        target = event.payload
+        target: JSONTarget[str] = event.payload
         if len(pieces) == 1:
             return [event.raw]
         last = len(pieces) - 1
-        between = target.newline or "\n"
+        between = target.frame or "\n"
         out: list[bytes] = []
         for i, piece in enumerate(pieces):
             obj = _piece(target, piece, last=i == last)
-            newline = target.newline if i == last else between
+            newline = target.frame if i == last else between
             out.append((dumps(obj) + newline).encode("utf-8"))
         return out
 
 
-def _piece(target: _Target, piece: str, *, last: bool) -> dict[str, Any]:
+def _piece(target: JSONTarget[str], piece: str, *, last: bool) -> dict[str, Any]:
     """The line's object with its string replaced; final-only fields on the last piece."""
     obj = target.obj
     if not last:
         obj = {k: v for k, v in obj.items() if k not in _FINAL_ONLY}
         if "done" in obj:
             obj["done"] = False
-    if target.in_message:
-        return {**obj, "message": {**obj["message"], target.key: piece}}
-    return {**obj, target.key: piece}
+    out: dict[str, Any] = replaced(obj, target.path, piece)
+    return out
 
 
 def _tool_args(calls: Any) -> str:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.repeats import SoFar
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
@@ -47,18 +48,11 @@ NULL_UNTIL_LAST = frozenset(
 _MAX_LIST_DEPTH = 8
 
 
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """Where the one splittable string of a chunk lives, and where it is mirrored."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    choice: int  # position in obj["choices"]
-    key: str  # delta key holding the string ("tool_calls" for tool arguments)
-    tool: int | None = None  # position in delta["tool_calls"]
-    mirrors: tuple[str, ...] = ()  # other delta keys holding the same string
-    detail: int | None = None  # position in delta["reasoning_details"] of a mirror
-    detail_field: str = "text"
+# A chunk's split target (a JSONTarget) has one of two paths: ("choices", choice position,
+# "delta", key) for a delta string, or ("choices", choice, "delta", "tool_calls", call position,
+# "function", "arguments"); its mirrors are ("choices", choice, "delta", other key) and at most
+# one ("choices", choice, "delta", "reasoning_details", entry position, "text" or "summary").
+Target = JSONTarget[SSEEvent]
 
 
 @dataclass(slots=True)
@@ -67,7 +61,7 @@ class _Scan:
 
     texts: list[tuple[Channel, str]]
     seen: SoFar | None = None  # the stream's text so far, for repeats
-    target: _Target | None = None
+    target: Target | None = None
     atomic: bool = False
 
     def add(self, place: tuple[Any, ...], channel: Channel, text: str) -> None:
@@ -93,7 +87,7 @@ class OpenAIChatAdapter(SSEJSONAdapter):
         """POST to a path ending in /chat/completions, answered with an event stream."""
         return posts_event_stream(request, content_type, "/chat/completions")
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """See the module docstring for what goes on the first and the last piece."""
         return _piece(target, piece, first=first, last=last)
 
@@ -130,7 +124,8 @@ def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, An
                     place = "reasoning" if key in _REASONING_FIELDS else key
                     scan.add((choice, place), channel, value)
                     mirrors = reasoning_mirrors[1:] if key in reasoning_mirrors else ()
-                    scan.target = _Target(sse, obj, ci, key, mirrors=mirrors)
+                    scan.target = JSONTarget(sse, obj, ("choices", ci, "delta", key),
+                                             tuple(("choices", ci, "delta", m) for m in mirrors))
             elif isinstance(value, list):  # Mistral: typed content chunks
                 found = list(_list_texts(value, channel, 0))
                 if found:
@@ -142,7 +137,7 @@ def _scan_delta(sse: SSEEvent, obj: dict[str, Any], ci: int, delta: dict[str, An
                 args = fn.get("arguments") if isinstance(fn, dict) else None
                 if isinstance(args, str) and args:
                     scan.add((choice, "tool", item_index(call, ti)), Channel.TOOL_ARGS, args)
-                    scan.target = _Target(sse, obj, ci, key, tool=ti)
+                    scan.target = JSONTarget(sse, obj, ("choices", ci, "delta", key, ti, "function", "arguments"))
                     if not isinstance(call.get("index"), int):
                         scan.atomic = True  # no index: clients cannot merge continuation pieces
     details = delta.get("reasoning_details")
@@ -169,8 +164,8 @@ def _scan_details(ci: int, details: list[Any], delta: dict[str, Any], scan: _Sca
     """OpenRouter reasoning_details: a mirror of `reasoning` is not counted twice."""
     target = scan.target
     primary = None
-    if target is not None and target.choice == ci and target.key in _REASONING_FIELDS:
-        primary = delta.get(target.key)
+    if target is not None and target.path[1] == ci and target.path[3] in _REASONING_FIELDS:
+        primary = delta.get(target.path[3])
     for di, entry in enumerate(details):
         if not isinstance(entry, dict):
             continue
@@ -178,8 +173,9 @@ def _scan_details(ci: int, details: list[Any], delta: dict[str, Any], scan: _Sca
         text = entry.get(fname) if fname else None
         if not isinstance(text, str) or not text:
             continue
-        if target is not None and text == primary and target.detail is None:
-            target = scan.target = replace(target, detail=di, detail_field=fname or "text")
+        if target is not None and text == primary and _detail(target) is None:
+            mirror = ("choices", ci, "delta", "reasoning_details", di, fname or "text")
+            target = scan.target = replace(target, mirrors=(*target.mirrors, mirror))
         else:
             scan.texts.append((Channel.REASONING, text))
             scan.atomic = True
@@ -206,15 +202,24 @@ def _list_texts(items: list[Any], channel: Channel, depth: int) -> list[tuple[Ch
 
 
 # -- splitting ---------------------------------------------------------------------------
-def _piece(t: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+def _detail(t: Target) -> tuple[int, str] | None:
+    """The reasoning_details entry mirroring the target's string, and its text field."""
+    for mirror in t.mirrors:
+        if len(mirror) == 6:
+            return mirror[4], mirror[5]  # type: ignore[return-value]
+    return None
+
+
+def _piece(t: Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
     """The chunk object for one piece; top-level fields are copied, usage goes last."""
+    target_choice = t.path[1]
     out: dict[str, Any] = {}
     for key, value in t.obj.items():
         if key == "choices":
             out[key] = [
-                _choice(t, choice, piece, first=first, last=last) if ci == t.choice else choice
+                _choice(t, choice, piece, first=first, last=last) if ci == target_choice else choice
                 for ci, choice in enumerate(value)
-                if ci == t.choice or last
+                if ci == target_choice or last
             ]
         elif key == "usage" and not last:
             out[key] = None
@@ -223,7 +228,7 @@ def _piece(t: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]
     return out
 
 
-def _choice(t: _Target, choice: dict[str, Any], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+def _choice(t: Target, choice: dict[str, Any], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
     """One choice: its end-of-choice fields only on the last piece."""
     out: dict[str, Any] = {}
     for key, value in choice.items():
@@ -237,40 +242,43 @@ def _choice(t: _Target, choice: dict[str, Any], piece: str, *, first: bool, last
     return out
 
 
-def _delta(t: _Target, delta: dict[str, Any], piece: str, *, first: bool) -> dict[str, Any]:
+def _delta(t: Target, delta: dict[str, Any], piece: str, *, first: bool) -> dict[str, Any]:
     """The first piece keeps the whole delta; later ones carry the text (and its mirrors)."""
+    mirror_keys = {m[3] for m in t.mirrors if len(m) == 4}
+    detail = _detail(t)
     out: dict[str, Any] = {}
     for key, value in delta.items():
-        if key == t.key:
+        if key == t.path[3]:
             out[key] = _tool_calls(t, value, piece, first=first) if key == "tool_calls" else piece
-        elif key in t.mirrors:
+        elif key in mirror_keys:
             out[key] = piece
-        elif key == "reasoning_details" and t.detail is not None:
-            out[key] = _details(t, value, piece, first=first)
+        elif key == "reasoning_details" and detail is not None:
+            out[key] = _details(detail, value, piece, first=first)
         elif first:
             out[key] = value
     return out
 
 
-def _tool_calls(t: _Target, calls: list[Any], piece: str, *, first: bool) -> list[Any]:
+def _tool_calls(t: Target, calls: list[Any], piece: str, *, first: bool) -> list[Any]:
     """Tool call list: later pieces carry only `{"index", "function": {"arguments"}}`."""
-    assert t.tool is not None
-    call = calls[t.tool]
+    tool = t.path[4]
+    assert isinstance(tool, int)
+    call = calls[tool]
     if not first:
         return [{"index": call["index"], "function": {"arguments": piece}}]
     new_call = dict(call)
     new_call["function"] = {**call["function"], "arguments": piece}
     out = list(calls)
-    out[t.tool] = new_call
+    out[tool] = new_call
     return out
 
 
-def _details(t: _Target, details: list[Any], piece: str, *, first: bool) -> list[Any]:
+def _details(detail: tuple[int, str], details: list[Any], piece: str, *, first: bool) -> list[Any]:
     """reasoning_details: the mirrored entry gets the piece; its signature stays on the first."""
-    assert t.detail is not None
-    entry = details[t.detail]
+    position, field = detail
+    entry = details[position]
     if not first:
-        return [{k: (piece if k == t.detail_field else v) for k, v in entry.items() if k != "signature"}]
+        return [{k: (piece if k == field else v) for k, v in entry.items() if k != "signature"}]
     out = list(details)
-    out[t.detail] = {**entry, t.detail_field: piece}
+    out[position] = {**entry, field: piece}
     return out

@@ -20,24 +20,15 @@ on the last piece only (null before it), as is `usage`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.openai_chat import NULL_UNTIL_LAST, OpenAIChatAdapter, item_index
 from retimer.wire.protocols.sse_json import posts_event_stream, request_path
 from retimer.wire.sse import SSEEvent
 
 __all__ = ["OpenAICompletionsAdapter"]
-
-
-@dataclass(slots=True, frozen=True)
-class _TextTarget:
-    """A chunk whose one splittable string is `choices[choice].text`."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    choice: int
 
 
 class OpenAICompletionsAdapter(OpenAIChatAdapter):
@@ -56,7 +47,7 @@ class OpenAICompletionsAdapter(OpenAIChatAdapter):
         """`choices[*].text` chunks here; chat-shaped chunks (FIM endpoints) to the parent."""
         choices = obj.get("choices")
         texts: list[tuple[Channel, str]] = []
-        target: _TextTarget | None = None
+        target: JSONTarget[SSEEvent] | None = None
         mixed = repeated = False
         for ci, choice in enumerate(choices if isinstance(choices, list) else ()):
             if not isinstance(choice, dict):
@@ -67,7 +58,7 @@ class OpenAICompletionsAdapter(OpenAIChatAdapter):
                 repeated = repeated or again
                 if text:
                     texts.append((Channel.TEXT, text))
-                target = _TextTarget(sse, obj, ci)
+                target = JSONTarget(sse, obj, ("choices", ci, "text"))
             mixed = mixed or isinstance(choice.get("delta"), dict)
         if not texts:
             return Event(raw=sse.raw) if repeated else super().classify(sse, obj)
@@ -77,17 +68,18 @@ class OpenAICompletionsAdapter(OpenAIChatAdapter):
         atomic = obj.get("error") is not None or repeated
         return Event(raw=sse.raw, texts=tuple(texts), payload=target, atomic=atomic)
 
-    def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """A `text` chunk's piece; a chat-shaped chunk's piece is the parent's."""
-        if not isinstance(target, _TextTarget):
+        if target.path[2:] != ("text",):
             return super().piece(target, piece, first=first, last=last)
+        target_choice = target.path[1]
         out: dict[str, Any] = {}
         for key, value in target.obj.items():
             if key == "choices":
                 out[key] = [
-                    _choice(choice, piece, last=last) if ci == target.choice else choice
+                    _choice(choice, piece, last=last) if ci == target_choice else choice
                     for ci, choice in enumerate(value)
-                    if ci == target.choice or last
+                    if ci == target_choice or last
                 ]
             elif key == "usage" and not last:
                 out[key] = None

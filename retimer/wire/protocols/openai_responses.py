@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, dumps, posts_event_stream, request_path
 from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
@@ -81,15 +82,6 @@ class _Numbered:
         self.event.upstream_size = len(sse.raw)  # the pacer's fail-open bookkeeping
 
 
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """A splittable delta event and its upstream sequence_number, if any."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
-    seq: int | None
-
-
 class OpenAIResponsesAdapter(SSEJSONAdapter):
     """Adapter for the Responses API event stream; keeps `sequence_number` increasing."""
 
@@ -120,8 +112,7 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
         return super().feed(data)
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        seq = obj.get(_SEQ)
-        seq = seq if type(seq) is int and seq >= 0 else None
+        seq = _sequence_number(obj)
         event = Event(raw=sse.raw)
         if seq is not None:
             record = _Numbered(event, sse, obj, seq)
@@ -132,17 +123,18 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
         text = obj.get("delta")
         if channel is not None and isinstance(text, str) and text:
             event.texts = ((channel, text),)
-            event.payload = _Target(sse, obj, seq)
+            event.payload = JSONTarget(sse, obj, ("delta",))
             event.atomic = "logprobs" in obj and not isinstance(obj["logprobs"], list)
         return event
 
     # -- splitting -------------------------------------------------------------------
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         """Split as the base does, numbering the pieces from n + shift; then shift later events."""
-        target = event.payload
-        if not isinstance(target, _Target) or target.seq is None or len(pieces) < 2:
+        target: JSONTarget[SSEEvent] | None = event.payload
+        seq = None if target is None else _sequence_number(target.obj)
+        if seq is None or len(pieces) < 2:
             return super().split(event, pieces)
-        self._next_seq = target.seq + self._shift
+        self._next_seq = seq + self._shift
         try:
             out = super().split(event, pieces)
         finally:
@@ -155,7 +147,7 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
             later.shift(self._shift)
         return out
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """The same event with `delta` replaced; logprobs and obfuscation on the last piece."""
         out: dict[str, Any] = {}
         for key, value in target.obj.items():
@@ -171,6 +163,12 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
             else:
                 out[key] = value
         return out
+
+
+def _sequence_number(obj: dict[str, Any]) -> int | None:
+    """The event's upstream sequence_number, when it has a usable one."""
+    seq = obj.get(_SEQ)
+    return seq if type(seq) is int and seq >= 0 else None
 
 
 def _digits_span(sse: SSEEvent, expected: dict[str, Any], seq: int) -> tuple[int, int] | None:

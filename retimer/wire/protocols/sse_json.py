@@ -10,22 +10,17 @@ from __future__ import annotations
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
 SSE_KEEPALIVE = b": keep-alive\n\n"
 # `type` of the events that report a failed answer (Anthropic, OpenAI Responses)
 _ERROR_TYPES = ("error", "response.failed")
-
-
-class SplitTarget(Protocol):
-    """An adapter's record of a splittable event: at least the SSE event it came from."""
-
-    sse: SSEEvent
 
 
 class SSEJSONAdapter(Adapter):
@@ -68,18 +63,18 @@ class SSEJSONAdapter(Adapter):
 
     @abstractmethod
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        """The Event for one decoded JSON object (payload: a SplitTarget when splittable)."""
+        """The Event for one decoded JSON object (payload: its JSONTarget when splittable)."""
 
     @abstractmethod
-    def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """The JSON object of one piece of a split event."""
 
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
         check_split(event, pieces)
-        target = event.payload
+        target: JSONTarget[SSEEvent] = event.payload
         if len(pieces) == 1:
             return [event.raw]
-        sse: SSEEvent = target.sse
+        sse = target.frame
         last = len(pieces) - 1
         out = [
             format_event(

@@ -19,12 +19,12 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, AdapterError, Channel, Event, RequestShape, check_split
 from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.jsontarget import JSONPath, JSONTarget
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps
 
@@ -91,12 +91,6 @@ def is_llm_websocket_path(path: str) -> bool:
     return bool(_LLM_WS_PATH.search(path))
 
 
-@dataclass(slots=True)
-class _Target:
-    obj: dict[str, Any]
-    path: tuple[str | int, ...]  # where the string lives in obj
-
-
 class WebSocketMessageAdapter(Adapter):
     """Server-to-client messages of one WebSocket, fed one record per message."""
 
@@ -133,10 +127,10 @@ class WebSocketMessageAdapter(Adapter):
         check_split(event, pieces)
         if len(pieces) == 1:
             return [event.raw]
-        target: _Target = event.payload
+        target: JSONTarget[None] = event.payload
         out: list[bytes] = []
         for i, piece in enumerate(pieces):
-            obj = _replace(target.obj, target.path, piece)
+            obj = target.with_text(piece)
             if i and isinstance(obj.get("event_id"), str):
                 obj["event_id"] = f"{obj['event_id']}-{i}"
             if i and isinstance(obj.get("sequence_number"), int):
@@ -171,7 +165,7 @@ class WebSocketMessageAdapter(Adapter):
         channel, path, value = found
         if not value:
             return Event(raw=record, upstream_size=upstream_size)
-        return Event(raw=record, texts=((channel, value),), payload=_Target(obj, path),
+        return Event(raw=record, texts=((channel, value),), payload=JSONTarget(None, obj, path),
                      upstream_size=upstream_size)
 
     def _estimated(self, record: bytes, payload: bytes, upstream_size: int | None) -> Event:
@@ -210,7 +204,7 @@ def _is_known_envelope(obj: dict[str, Any]) -> bool:
                 and any(isinstance(p, dict) and "text" in p for p in parts))
 
 
-def _find_text(obj: dict[str, Any]) -> tuple[Channel, tuple[str | int, ...], str] | None:
+def _find_text(obj: dict[str, Any]) -> tuple[Channel, JSONPath, str] | None:
     """The one token-bearing string of a known message shape, with its channel and place."""
     kind = obj.get("type")
     if isinstance(kind, str) and isinstance(obj.get("delta"), str):
@@ -241,14 +235,3 @@ def _is_unknown_response_text_delta(kind: str) -> bool:
         return False
     return "audio" not in kind or "transcript" in kind
 
-
-def _replace(obj: Any, path: tuple[str | int, ...], value: str) -> Any:
-    """A copy of `obj` with the string at `path` replaced (containers on the path copied)."""
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    if isinstance(obj, list):
-        copy = list(obj)
-        copy[head] = _replace(obj[head], rest, value)  # type: ignore[index]
-        return copy
-    return {**obj, head: _replace(obj[head], rest, value)}

@@ -18,10 +18,10 @@ and the adapter must come before OpenAIChatAdapter in the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, request_path
 from retimer.wire.sse import SSEEvent, is_event_stream
 
@@ -32,14 +32,6 @@ _PATHS = frozenset({"/api/v2/chat/completions", "/api/chat/completions"})
 _PHASES: dict[str, Channel] = {"thinking": Channel.REASONING, "answer": Channel.TEXT}
 _TOP_KEYS = frozenset({"type", "data"})
 _PLAIN_KEYS = frozenset({"delta_content", "phase"})
-
-
-@dataclass(slots=True, frozen=True)
-class _Target:
-    """A splittable delta event."""
-
-    sse: SSEEvent
-    obj: dict[str, Any]
 
 
 class ZaiWebAdapter(SSEJSONAdapter):
@@ -70,8 +62,8 @@ class ZaiWebAdapter(SSEJSONAdapter):
         plain = obj.keys() <= _TOP_KEYS and (not extra or (extra == {"done"} and data["done"] is False))
         if not plain:
             return Event(raw=sse.raw, texts=((channel, text),), atomic=True)
-        return Event(raw=sse.raw, texts=((channel, text),), payload=_Target(sse, obj))
+        return Event(raw=sse.raw, texts=((channel, text),), payload=JSONTarget(sse, obj, ("data", "delta_content")))
 
-    def piece(self, target: _Target, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+    def piece(self, target: JSONTarget[SSEEvent], piece: str, *, first: bool, last: bool) -> dict[str, Any]:
         """Every piece is the same event with delta_content replaced."""
-        return {**target.obj, "data": {**target.obj["data"], "delta_content": piece}}
+        return target.with_text(piece)

@@ -1,0 +1,54 @@
+"""Where the text of a JSON event lives, and how to write a slice of it back.
+
+Every adapter of a JSON wire format finds the one splittable string of an event somewhere in
+the decoded object (`delta.text`, `choices[0].delta.content`, `data.delta_content`, ...) and,
+to split it, writes copies of the object with that string replaced by each piece. A
+`JSONTarget` records that place once, as a path of keys and list indexes, with the framing
+unit the event came in (its SSE event, NDJSON line or event stream frame), which the pieces
+are written in. Where each piece puts the event's other fields (ids first, usage last) stays
+the adapter's business.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["JSONPath", "JSONTarget", "replaced"]
+
+JSONPath = tuple[str | int, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class JSONTarget[F]:
+    """A decoded event, the path of its splittable string, and the frame it arrived in.
+
+    `mirrors` are other paths holding the same string (providers that send one text under two
+    names): a piece replaces it there too, so a client reading either sees the same text.
+    """
+
+    frame: F
+    obj: dict[str, Any]
+    path: JSONPath
+    mirrors: tuple[JSONPath, ...] = ()
+
+    def with_text(self, text: str) -> dict[str, Any]:
+        """A copy of the event with `text` at `path` and at every mirror."""
+        out: dict[str, Any] = replaced(self.obj, self.path, text)
+        for mirror in self.mirrors:
+            out = replaced(out, mirror, text)
+        return out
+
+
+def replaced(obj: Any, path: JSONPath, value: Any) -> Any:
+    """A copy of `obj` with `value` at `path`; the containers on the way are copied (key order
+    kept), everything else is shared."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(obj, list):
+        assert isinstance(head, int)
+        copy = list(obj)
+        copy[head] = replaced(obj[head], rest, value)
+        return copy
+    return {**obj, head: replaced(obj[head], rest, value)}
