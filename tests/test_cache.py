@@ -240,14 +240,14 @@ def test_replay_server_answers_only_expected_tokens():
     """The loopback replay server serves a hit once, to its token; anything else gets 404."""
     from mitmproxy.test import tflow
 
-    from retimer.proxy.cache_addon import REPLAY_HEADER, ReplayServer, _Hit
+    from retimer.proxy.cache_addon import REPLAY_HEADER, Hit, ReplayServer
 
     async def main() -> list[bytes]:
         server = ReplayServer()
         await server.start()
         flow = tflow.tflow()
         original = (flow.request.data.scheme, flow.request.data.host, flow.request.data.port)
-        token = server.expect(_Hit(flow, _entry(b"data: cached\n\n"), *original))
+        token = server.expect(Hit(flow, _entry(b"data: cached\n\n"), *original))
         flow.request.data.host, flow.request.data.port = "127.0.0.1", server.port
         flow.request.headers[REPLAY_HEADER] = token
         answers = []

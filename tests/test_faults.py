@@ -90,6 +90,16 @@ def tls_fake() -> Iterator[FakeLLM]:
         yield f
 
 
+class PacerWatch:
+    """An addon keeping a weak reference to each stream's pacer (the stream-start hook)."""
+
+    def __init__(self, pacers: list[weakref.ref[Any]]) -> None:
+        self.pacers = pacers
+
+    def retimer_stream_start(self, flow: Any, pacer: Any) -> None:
+        self.pacers.append(weakref.ref(pacer))
+
+
 # -- the client goes away ------------------------------------------------------------------
 @pytest.mark.parametrize("client", ["httpx", "openai-sdk", "httpx-h2"])
 def test_client_disconnect_cancels_upstream_and_frees_state(tmp_path: Path, client: str):
@@ -98,8 +108,7 @@ def test_client_disconnect_cancels_upstream_and_frees_state(tmp_path: Path, clie
         extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if h2 else ()
         with InProcessProxy(tmp_path, *SLOW, *extra) as proxy:
             pacers: list[weakref.ref[Any]] = []
-            proxy.call(lambda: proxy.addon.stream_start_hooks.append(
-                lambda flow, pacer: pacers.append(weakref.ref(pacer))))
+            proxy.call(lambda: proxy.master.addons.add(PacerWatch(pacers)))
             ca = proxy.confdir / "mitmproxy-ca-cert.pem"
             http = h2_client(proxy.url, ca) if h2 else httpx.Client(proxy=proxy.url)
             if client == "openai-sdk":

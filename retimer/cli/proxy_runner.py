@@ -40,6 +40,7 @@ def build_proxy(
     from retimer.proxy.addons import retimer_addons
     from retimer.proxy.bridge import InternalsMissing
     from retimer.proxy.certs import ensure_ca
+    from retimer.proxy.hooks import RecordListener
     from retimer.wire.hosts import allow_hosts
 
     opts = options.Options()
@@ -50,12 +51,12 @@ def build_proxy(
     addon = Retimer()
     study = config.study  # `retimer study`: the view must not show conditions
     view = LiveView(out=out, interactive=interactive, active=addon.snapshot, blind=bool(study))
-    if not config.quiet:
-        addon.listeners.append(view)
     try:
         m.addons.add(*retimer_addons(addon))  # the same addons as `mitmdump -s addons/retimer.py`
     except InternalsMissing as e:
         fail(str(e), 1)
+    if not config.quiet:
+        m.addons.add(RecordListener(view))  # every record, as the Retimer addon makes it
     confdir = config.confdir
     try:
         ensure_ca(confdir)  # before mitmproxy creates it with looser permissions

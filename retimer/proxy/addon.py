@@ -13,7 +13,6 @@ import gc
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile, ProfileError, base_profile_name
 from retimer.proxy import bridge
 from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
+from retimer.proxy.hooks import PROFILE_KEY, STREAM_KEY, RecordHook, StreamDoneHook, StreamStartHook
 from retimer.proxy.ws_pacing import WebSocketPacing
 from retimer.records.writer import RecordLog
 from retimer.timing.hold import is_llm_call, timing_line
@@ -41,9 +41,6 @@ logger = logging.getLogger("retimer")
 
 
 IDLE_GC_AFTER_S = 0.2
-PROFILE_KEY = "retimer_profile"  # flow.metadata: a Profile chosen for this flow (studies)
-
-Listener = Callable[[dict[str, Any]], None]
 
 
 def build_profile(
@@ -59,7 +56,10 @@ def build_profile(
 
 
 class Retimer:
-    """Re-times LLM streams with the configured profile."""
+    """Re-times LLM streams with the configured profile.
+
+    Other addons follow its streams through the hooks of `retimer.proxy.hooks`: a stream's
+    start, its end, and every record."""
 
     def __init__(self) -> None:
         self.profile: Profile | None = None
@@ -69,11 +69,6 @@ class Retimer:
         self.last_request = 0.0  # monotonic time of the latest request (idle GC waits for quiet)
         self.streams = 0
         self.log: RecordLog | None = None
-        self.listeners: list[Listener] = []
-        # called with (flow, pacer, record) when an HTTP stream finished (e.g. the response cache)
-        self.stream_done_hooks: list[Callable[[http.HTTPFlow, StreamPacer, dict[str, Any]], None]] = []
-        # called with (flow, pacer) when a pacer was made for an HTTP stream, before any byte
-        self.stream_start_hooks: list[Callable[[http.HTTPFlow, StreamPacer], None]] = []
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
         self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
@@ -162,6 +157,18 @@ class Retimer:
         if self.log:
             self.log.close()
 
+    def in_flight(self) -> int:
+        """Streams, WebSockets and whole responses still held or being sent."""
+        return len(self.active) + len(self.websockets.sockets) + self.holding_whole
+
+    def drain(self) -> None:
+        """Shutting down (retimer.proxy.safety): everything held goes out now, the rest as it comes."""
+        bridge.drain()
+        self.websockets.drain()
+        if self.drained is None:
+            self.drained = asyncio.Event()
+        self.drained.set()
+
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.last_request = time.monotonic()
 
@@ -170,7 +177,7 @@ class Retimer:
         response = flow.response
         if (
             response is None or response.stream or flow.websocket is not None
-            or "retimer" in flow.metadata or response.status_code != 200
+            or STREAM_KEY in flow.metadata or response.status_code != 200
             or self.profile is None  # passthrough: held for no time, but recorded
         ):
             return
@@ -190,7 +197,7 @@ class Retimer:
         batch = pacer.pop_all()
         if not any(e.tokens for e in batch):
             return
-        flow.metadata["retimer"] = {"index": index, "protocol": "non-streaming"}
+        flow.metadata[STREAM_KEY] = {"index": index, "protocol": "non-streaming"}
         # the body leaves with its last token: TTFT plus a gap per further token
         tokens = sum(e.tokens for e in batch)
         timing = pacer.timing
@@ -267,9 +274,8 @@ class Retimer:
                 response.headers["transfer-encoding"] = "chunked"
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
-        flow.metadata["retimer"] = {"index": index, "protocol": adapter.name}
-        for start_hook in self.stream_start_hooks:
-            start_hook(flow, pacer)
+        flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
+        ctx.master.addons.trigger(StreamStartHook(flow, pacer))
         bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
@@ -277,7 +283,7 @@ class Retimer:
         """The flow's profile: a per-flow choice (a study condition) or the configured one.
 
         Another addon may put a `Profile` in `flow.metadata[PROFILE_KEY]` before the response
-        arrives, and a dict of fields for the record in `flow.metadata[flows.RECORD_KEY]`."""
+        arrives, and a dict of fields for the record in `flow.metadata[hooks.RECORD_KEY]`."""
         assert self.profile is not None
         chosen = flow.metadata.get(PROFILE_KEY) if flow is not None else None
         return chosen if isinstance(chosen, Profile) else self.profile
@@ -314,7 +320,7 @@ class Retimer:
             return  # a passthrough profile still paces nothing, but records every turn
         request = flow.request
         if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
-            flow.metadata["retimer"] = {"protocol": WebSocketMessageAdapter.name}
+            flow.metadata[STREAM_KEY] = {"protocol": WebSocketMessageAdapter.name}
             self.websockets.start(flow)
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
@@ -329,10 +335,7 @@ class Retimer:
     def _websocket_done(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str, index: int
     ) -> None:
-        record = self._record(flow, pacer, end, outcome, index=index)
-        if self.log:
-            self.log.write(record)
-        self._notify(record)
+        self._write(self._record(flow, pacer, end, outcome, index=index))
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Records of the streams in flight, as they stand now (for the live view)."""
@@ -341,14 +344,8 @@ class Retimer:
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
         self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
-        for hook in self.stream_done_hooks:
-            try:
-                hook(flow, pacer, record)
-            except Exception:  # another concern's failure must never break records
-                logger.exception("retimer: a stream-done hook failed")
-        if self.log:
-            self.log.write(record)
-        self._notify(record)
+        ctx.master.addons.trigger(StreamDoneHook(flow, pacer, record))  # before it is written
+        self._write(record)
         if not self.active and not self.websockets.sockets:
             self._collect_when_idle()
 
@@ -360,9 +357,11 @@ class Retimer:
         except RuntimeError:  # no loop (unit tests call hooks directly)
             pass
 
-    def _notify(self, record: dict[str, Any]) -> None:
-        for listener in self.listeners:
-            listener(record)
+    def _write(self, record: dict[str, Any]) -> None:
+        """Into the log, then to every addon with the record hook (the study, the live view)."""
+        if self.log:
+            self.log.write(record)
+        ctx.master.addons.trigger(RecordHook(record))
 
     def _record(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
@@ -386,8 +385,3 @@ def _collect_if_idle(addon: Retimer) -> None:
         return
     gc.collect()
 
-
-def addons_for(listeners: Sequence[Listener] = ()) -> list[Retimer]:
-    addon = Retimer()
-    addon.listeners.extend(listeners)
-    return [addon]

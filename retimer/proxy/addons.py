@@ -18,4 +18,4 @@ def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer()
-    return [retimer, Safety(retimer), Study(retimer), ResponseCache(retimer), PacServer()]
+    return [retimer, Safety(retimer), Study(retimer), ResponseCache(), PacServer()]

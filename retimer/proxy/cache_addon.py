@@ -39,20 +39,17 @@ from mitmproxy import ctx, exceptions, http
 
 from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
-from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, destination_url
+from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY
 from retimer.timing.pacer import StreamPacer
 
 logger = logging.getLogger("retimer")
 
-META = "retimer_cache"  # flow.metadata: "hit" | "miss" | "stored"
-KEY_META = "retimer_cache_key"
-TOKEN_META = "retimer_cache_token"
 REPLAY_HEADER = "x-retimer-replay"
 
 
 @dataclass(slots=True)
-class _Hit:
+class Hit:
     flow: http.HTTPFlow
     entry: CacheEntry
     scheme: bytes
@@ -64,14 +61,14 @@ class _Hit:
         data = self.flow.request.data
         data.scheme, data.host, data.port = self.scheme, self.host, self.port
         self.flow.request.headers.pop(REPLAY_HEADER, None)
-        self.flow.metadata.pop(TOKEN_META, None)
+        self.flow.metadata.pop(CACHE_TOKEN_KEY, None)
 
 
 class ReplayServer:
     """HTTP/1.1 on 127.0.0.1 (random port) answering each expected token with its entry."""
 
     def __init__(self) -> None:
-        self.pending: dict[str, _Hit] = {}
+        self.pending: dict[str, Hit] = {}
         self.port = 0
         self.served = 0
         self._server: asyncio.Server | None = None
@@ -94,12 +91,12 @@ class ReplayServer:
     def running(self) -> bool:
         return self._server is not None
 
-    def expect(self, hit: _Hit) -> str:
+    def expect(self, hit: Hit) -> str:
         token = secrets.token_urlsafe(24)
         self.pending[token] = hit
         return token
 
-    def _answer(self, hit: _Hit | None) -> tuple[h11.Response, bytes]:
+    def _answer(self, hit: Hit | None) -> tuple[h11.Response, bytes]:
         """The response for one request: its entry, or an error that closes the connection."""
         if hit is not None:
             hit.restore()  # before any byte of the response: responseheaders sees the original
@@ -164,13 +161,14 @@ async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> s
 
 
 class ResponseCache:
-    """Stores completed paced streams and answers identical requests from the cache."""
+    """Stores completed paced streams and answers identical requests from the cache.
 
-    def __init__(self, retimer: Retimer | None = None) -> None:
-        self.retimer = retimer
+    The Retimer addon paces a hit like any stream; its hooks (retimer.proxy.hooks) tell this
+    addon when a stream starts (keep its body) and when it ends (store it)."""
+
+    def __init__(self) -> None:
         self.store: CacheStore | None = None
         self.replay = ReplayServer()
-        self._hooked = False
         self._warned_upstream = False
 
     def load(self, loader: Any) -> None:
@@ -205,23 +203,14 @@ class ResponseCache:
             logger.info("retimer: response cache on: connection_strategy set to lazy")
 
     async def running(self) -> None:
-        if self.retimer is None:
-            found = ctx.master.addons.get("retimer")
-            self.retimer = found if isinstance(found, Retimer) else None
-        if self.retimer is None:
-            logger.warning("retimer: the response cache needs the Retimer addon; cache off")
-        elif not self._hooked:
-            self.retimer.stream_start_hooks.append(self._stream_start)
-            self.retimer.stream_done_hooks.append(self._stream_done)
-            self._hooked = True
         await self.replay.start()
 
     def done(self) -> None:
         self.replay.stop()
 
-    # -- hooks ---------------------------------------------------------------------------
+    # -- mitmproxy's hooks -----------------------------------------------------------------
     def request(self, flow: http.HTTPFlow) -> None:
-        if self.store is None or self.retimer is None or flow.response is not None:
+        if self.store is None or flow.response is not None:
             return
         request = flow.request
         if request.stream or request.headers.get("upgrade"):
@@ -231,8 +220,8 @@ class ResponseCache:
             {k.lower(): v for k, v in request.headers.items()},
             request.get_content(strict=False) or b"",
         )
-        flow.metadata[KEY_META] = key
-        flow.metadata[META] = "miss"
+        flow.metadata[CACHE_ENTRY_KEY] = key
+        flow.metadata[CACHE_KEY] = "miss"
         if flow.server_conn.via is not None:
             if not self._warned_upstream:
                 self._warned_upstream = True
@@ -243,31 +232,32 @@ class ResponseCache:
         entry = self.store.get(key)
         if entry is None:
             return
-        hit = _Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
+        hit = Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
         token = self.replay.expect(hit)
-        flow.metadata[META] = "hit"
-        flow.metadata[TOKEN_META] = token
+        flow.metadata[CACHE_KEY] = "hit"
+        flow.metadata[CACHE_TOKEN_KEY] = token
         request.headers[REPLAY_HEADER] = token
         # data fields, not the setters: Host / :authority stay as the client sent them
         data = request.data
         data.scheme, data.host, data.port = b"http", "127.0.0.1", self.replay.port
 
     def error(self, flow: http.HTTPFlow) -> None:
-        token = flow.metadata.get(TOKEN_META)
+        token = flow.metadata.get(CACHE_TOKEN_KEY)
         if token and token in self.replay.pending:
             hit = self.replay.pending.pop(token)
             hit.restore()
             logger.warning(f"retimer: a cache hit was not served: {flow.error}")
 
-    def _stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
-        if self.store is not None and flow.metadata.get(META) == "miss":
+    # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
+    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+        if self.store is not None and flow.metadata.get(CACHE_KEY) == "miss":
             pacer.captured = bytearray()
 
-    def _stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
-        key = flow.metadata.get(KEY_META)
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+        key = flow.metadata.get(CACHE_ENTRY_KEY)
         response = flow.response
         if (
-            self.store is None or flow.metadata.get(META) != "miss" or key is None
+            self.store is None or flow.metadata.get(CACHE_KEY) != "miss" or key is None
             or response is None or response.status_code != 200
             or record.get("outcome") != "complete"
             or pacer.captured is None or pacer.fallback is not None
@@ -277,7 +267,7 @@ class ResponseCache:
         entry = new_entry(
             response.status_code, response.reason, response.headers.items(multi=True),
             bytes(pacer.captured), url=destination_url(flow), method=flow.request.method,
-            protocol=flow.metadata.get("retimer", {}).get("protocol"),
+            protocol=flow.metadata.get(STREAM_KEY, {}).get("protocol"),
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )
         try:
@@ -285,5 +275,5 @@ class ResponseCache:
         except OSError as e:
             logger.warning(f"retimer: cannot store a response in the cache: {e.strerror or e}")
             return
-        flow.metadata[META] = "stored"
+        flow.metadata[CACHE_KEY] = "stored"
         record["cache"] = "stored"

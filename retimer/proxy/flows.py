@@ -14,14 +14,10 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ReverseMode
 
 from retimer.profile.model import Profile
+from retimer.proxy.hooks import CACHE_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
-
-RECORD_KEY = "retimer_record"  # flow.metadata: extra fields for this flow's record
-STREAM_TYPES = (
-    "text/event-stream", "application/x-ndjson", "application/jsonl", "ndjson",
-    "application/vnd.amazon.eventstream",
-)
+from retimer.wire.media import is_streamed
 
 
 def destination_host(flow: http.HTTPFlow) -> str:
@@ -41,8 +37,7 @@ def destination_url(flow: http.HTTPFlow) -> str:
 
 def is_stream_response(response: http.Response) -> bool:
     """A response that must be streamed, never buffered whole (paced or not)."""
-    ctype = response.headers.get("content-type", "").lower()
-    return any(t in ctype for t in STREAM_TYPES)
+    return is_streamed(response.headers.get("content-type", ""))
 
 
 def is_answer_with_body(flow: http.HTTPFlow) -> bool:
@@ -69,7 +64,7 @@ def stream_record(
     outcome: str, index: int | None = None,
 ) -> dict[str, Any]:
     """The JSON record of one finished (or, for the live view, running) stream."""
-    meta = flow.metadata.get("retimer", {})
+    meta = flow.metadata.get(STREAM_KEY, {})
     if index is not None:
         meta = {**meta, "index": index}
     timing = pacer.stats.record(end)
@@ -103,5 +98,5 @@ def stream_record(
         "keepalives": pacer.keepalives,
         "released_early": pacer.released_early,
         **flow.metadata.get(RECORD_KEY, {}),
-        "cache": flow.metadata.get("retimer_cache"),  # hit | miss | stored (cache_addon)
+        "cache": flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
     }

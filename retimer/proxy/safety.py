@@ -28,6 +28,7 @@ from mitmproxy.utils import human
 
 from retimer.profile.units import parse_duration
 from retimer.proxy import bridge
+from retimer.proxy.addon import Retimer
 from retimer.proxy.security import exposure_warning
 
 logger = logging.getLogger("retimer")
@@ -55,9 +56,8 @@ def _seconds(option: str, value: str) -> float:
 class Safety:
     """Options for the bounds and keep-alives, and the drain that precedes a shutdown."""
 
-    def __init__(self, retimer: Any) -> None:
+    def __init__(self, retimer: Retimer) -> None:
         self.retimer = retimer  # the Retimer addon whose streams are drained
-        self.draining = False
         self._task: asyncio.Task[None] | None = None
 
     def load(self, loader: Any) -> None:
@@ -103,26 +103,16 @@ class Safety:
         if warning := exposure_warning(ctx.options):
             logger.warning(f"retimer: {warning}")
 
-    def in_flight(self) -> int:
-        """Streams, WebSockets and whole responses still held or being sent."""
-        r = self.retimer
-        return len(r.active) + len(r.websockets.sockets) + r.holding_whole
-
     async def drain(self, grace: float | None = None) -> int:
         """Send everything held now, then wait up to `grace` for streams to end; return how
         many are still open (they are recorded as `shutdown` when the proxy stops)."""
         if grace is None:
             grace = _seconds("retimer_shutdown_grace", ctx.options.retimer_shutdown_grace)
-        self.draining = True
-        bridge.drain()
-        self.retimer.websockets.drain()
-        if self.retimer.drained is None:
-            self.retimer.drained = asyncio.Event()
-        self.retimer.drained.set()
+        self.retimer.drain()
         deadline = time.monotonic() + grace
-        while self.in_flight() and time.monotonic() < deadline:
+        while self.retimer.in_flight() and time.monotonic() < deadline:
             await asyncio.sleep(DRAIN_POLL_S)
-        left = self.in_flight()
+        left = self.retimer.in_flight()
         if left:
             logger.warning(f"retimer: stopping with {left} stream(s) still open (recorded as shutdown)")
         return left

@@ -13,7 +13,6 @@ Responses ids) to the conversation they continue.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import OrderedDict
 from datetime import UTC, datetime
@@ -25,8 +24,9 @@ from mitmproxy import ctx, exceptions, http
 
 from retimer.profile.loader import load_profile, read_yaml
 from retimer.profile.model import Profile, ProfileError
-from retimer.proxy.addon import PROFILE_KEY, Retimer
-from retimer.proxy.flows import RECORD_KEY, destination_host
+from retimer.proxy.addon import Retimer
+from retimer.proxy.flows import destination_host
+from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
@@ -41,9 +41,6 @@ from retimer.study.ratings import (
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
 
-logger = logging.getLogger("retimer")
-
-LINK_META = "retimer_study_link"  # flow.metadata: (link kind, conversation key)
 RATEABLE = 100  # recent streams a page loaded earlier may still rate
 
 
@@ -61,14 +58,17 @@ def load_study(path: str) -> tuple[StudyDesign, dict[str, Profile]]:
 
 
 class Study:
-    """Assigns conditions to flows and serves the rating page."""
+    """Assigns conditions to flows and serves the rating page.
 
-    def __init__(self, retimer: Retimer | None = None) -> None:
+    The Retimer addon paces each flow with the condition's profile and writes the records and
+    ratings (to its log); its hooks tell this addon which responses name later turns' ids and
+    which streams may be rated."""
+
+    def __init__(self, retimer: Retimer) -> None:
         self.retimer = retimer
         self.design: StudyDesign | None = None
         self.profiles: dict[str, Profile] = {}
         self.participant = ""
-        self._hooked = False
         self._reset()
 
     def _reset(self) -> None:
@@ -99,20 +99,6 @@ class Study:
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
         self.design, self.profiles, self.participant = design, profiles, participant
-
-    def running(self) -> None:
-        if self.retimer is None:
-            found = ctx.master.addons.get("retimer")
-            self.retimer = found if isinstance(found, Retimer) else None
-        if self.retimer is None:
-            if self.design is not None:
-                logger.warning("retimer: the study needs the Retimer addon; study off")
-            return
-        if not self._hooked:
-            self.retimer.listeners.append(self._finished)
-            self.retimer.stream_start_hooks.append(self._stream_start)
-            self.retimer.stream_done_hooks.append(self._stream_done)
-            self._hooked = True
 
     # -- assignment ------------------------------------------------------------------------
     def request(self, flow: http.HTTPFlow) -> None:
@@ -158,18 +144,19 @@ class Study:
             key = self.aliases.get(ident.key, ident.key)
             index = self.conversations.setdefault(key, len(self.conversations))
             if ident.links:
-                flow.metadata[LINK_META] = (ident.links, key)
+                flow.metadata[STUDY_LINK_KEY] = (ident.links, key)
             extra["conversation"] = design.short_hash(key)
         condition = design.condition(self.participant, index, key)
         return {"study": design.name, "participant": self.participant,
                 "condition": condition.name, "unit": index, **extra}
 
-    def _stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
-        if LINK_META in flow.metadata and pacer.captured is None:
+    # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
+    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+        if STUDY_LINK_KEY in flow.metadata and pacer.captured is None:
             pacer.captured = bytearray()  # the response names the ids later turns carry
 
-    def _stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
-        link = flow.metadata.get(LINK_META)
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+        link = flow.metadata.get(STUDY_LINK_KEY)
         if link is None:
             return
         kind, key = link
@@ -182,8 +169,7 @@ class Study:
         for linked in response_links(kind, body):
             self.aliases[linked] = key
 
-    # -- ratings ---------------------------------------------------------------------------
-    def _finished(self, record: dict[str, Any]) -> None:
+    def retimer_record(self, record: dict[str, Any]) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
         if self.design is None or record.get("unit") is None or record.get("study") is None:
             return
@@ -196,6 +182,7 @@ class Study:
         while len(self.rateable) > RATEABLE:
             self.rateable.popitem(last=False)
 
+    # -- ratings ---------------------------------------------------------------------------
     def _latest(self) -> dict[str, Any] | None:
         return next(reversed(self.rateable.values())) if self.rateable else None
 
@@ -231,7 +218,6 @@ class Study:
         origin = req.headers.get("origin")
         if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
             return 403, "ratings are taken from this page only"
-        assert self.retimer is not None
         if self.retimer.log is None:
             return 503, "ratings need a records log (--log)"
         try:

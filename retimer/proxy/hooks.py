@@ -1,0 +1,73 @@
+"""What retimer's addons tell each other: mitmproxy hooks, and the flow.metadata keys they share.
+
+The Retimer addon triggers these hooks with `ctx.master.addons.trigger(...)`; any addon (the
+study, the cache, a `-s` script) takes part by having a method of the hook's name, e.g.
+`def retimer_stream_done(self, flow, pacer, record)`. mitmproxy calls the addons in the order
+they were added (`retimer.proxy.addons`: the study's hooks run before the cache's) and logs an
+addon's exception without stopping the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mitmproxy import http
+from mitmproxy.hooks import Hook
+
+from retimer.timing.pacer import StreamPacer
+
+# flow.metadata keys: who sets each, and what it holds
+STREAM_KEY = "retimer"  # Retimer: {"index": stream index, "protocol": adapter name}, once paced
+PROFILE_KEY = "retimer_profile"  # Study: the Profile chosen for this flow, used instead of the configured one
+RECORD_KEY = "retimer_record"  # Study: extra fields for this flow's record
+CACHE_KEY = "retimer_cache"  # ResponseCache: "hit" | "miss" | "stored" (also a record field)
+CACHE_ENTRY_KEY = "retimer_cache_key"  # ResponseCache: the request's cache key
+CACHE_TOKEN_KEY = "retimer_cache_token"  # ResponseCache: the replay server's token of a hit
+STUDY_LINK_KEY = "retimer_study_link"  # Study: (link kind, conversation key) the response may name
+
+
+@dataclass
+class StreamStartHook(Hook):
+    """A pacer was made for an HTTP stream, before its first byte (a hook may ask it to keep
+    the body it decodes: `pacer.captured = bytearray()`)."""
+
+    name = "retimer_stream_start"
+
+    flow: http.HTTPFlow
+    pacer: StreamPacer
+
+
+@dataclass
+class StreamDoneHook(Hook):
+    """An HTTP stream, or a held whole response, finished. `record` is written after every
+    addon had this hook, so an addon may add a field to it."""
+
+    name = "retimer_stream_done"
+
+    flow: http.HTTPFlow
+    pacer: StreamPacer
+    record: dict[str, Any]
+
+
+@dataclass
+class RecordHook(Hook):
+    """A stream's record was made (and written to the log, if any): an HTTP stream, a whole
+    response or a WebSocket turn."""
+
+    name = "retimer_record"
+
+    record: dict[str, Any]
+
+
+class RecordListener:
+    """An addon that hands every record to `listener`: the way in for what is not an addon
+    (the live view)."""
+
+    def __init__(self, listener: Callable[[dict[str, Any]], None], name: str = "retimer_record_listener") -> None:
+        self.name = name  # mitmproxy's addon name (one addon per name)
+        self.listener = listener
+
+    def retimer_record(self, record: dict[str, Any]) -> None:
+        self.listener(record)
