@@ -22,12 +22,11 @@ def _fail(message: str) -> NoReturn:
     fail(message, prog="retimer fit")
 
 
-_Parser = OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="retimer fit",
-                description="Fit a speed profile to the upstream traffic recorded with --log.")
+    p = OneLineParser(prog="retimer fit",
+                      description="Fit a speed profile to the upstream traffic recorded with --log.")
     p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
     p.add_argument("--name", default="", help="the profile's name (default: from the log's name)")
     p.add_argument("--output", "-o", metavar="FILE", default="",

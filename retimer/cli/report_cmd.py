@@ -20,13 +20,12 @@ def _fail(message: str) -> NoReturn:
     fail(message, prog="retimer report")
 
 
-_Parser = OneLineParser
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="retimer report",
-                description="One self-contained HTML page (no network needed) with plots of "
-                "the streams recorded with --log. Prints the path it wrote.")
+    p = OneLineParser(prog="retimer report",
+                      description="One self-contained HTML page (no network needed) with plots of "
+                      "the streams recorded with --log. Prints the path it wrote.")
     p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
     p.add_argument("--output", "-o", metavar="FILE", default="report.html",
                    help="the HTML file to write (default: report.html in the current directory)")
