@@ -50,7 +50,7 @@ CASES: tuple[tuple[str, str, str, str, str], ...] = (
 
 def _expected(fixture: str, shape: dict[str, str]) -> dict[str, str]:
     from bench.client import adapter_events  # the same counting the client process does
-    from tests.upstream import load_fixture
+    from tests.stream_bodies import load_fixture
 
     _, texts, _ = adapter_events([(0.0, load_fixture(fixture))], shape)
     return texts

@@ -26,7 +26,8 @@ import numpy as np
 
 from retimer.wire.tokenizer import count_tokens
 from tests.proxy import RetimerProxy, free_port
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: bench's processes start here
 

@@ -20,8 +20,9 @@ from retimer.timing.pacer import CAP_PREFIX, StreamPacer
 from retimer.timing.strategy import Strategy
 from retimer.wire.protocols import OllamaAdapter, OpenAIChatAdapter
 from tests.proxy import RetimerProxy
+from tests.stream_bodies import load_fixture, make_openai_stream, split_events
 from tests.test_faults import sse_text
-from tests.upstream import FakeLLM, load_fixture, make_openai_stream, split_events
+from tests.upstream import FakeLLM
 
 BIG = " ".join(f"w{i}" for i in range(2000))
 

@@ -29,7 +29,8 @@ import pytest
 from retimer.cli.browser import Kind, Launch, find_browser, prepare_launch
 from tests.bidi import Firefox
 from tests.proxy import RetimerProxy, run_cli
-from tests.upstream import FakeLLM, make_openai_stream
+from tests.stream_bodies import make_openai_stream
+from tests.upstream import FakeLLM
 
 HERE = Path(__file__).parent
 PAGE = (HERE / "fixtures" / "browser" / "fake-llm-chat.html").read_bytes()

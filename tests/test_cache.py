@@ -36,7 +36,8 @@ from retimer.cache.entry import (
 from retimer.cache.store import CacheStore
 from retimer.wire.protocols import OpenAIChatAdapter
 from tests.proxy import RetimerProxy
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 JSON = {"content-type": "application/json"}
 URL = ("POST", "https", "api.openai.com", 443, "/v1/chat/completions")

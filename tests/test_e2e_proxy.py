@@ -19,7 +19,8 @@ import openai
 import pytest
 
 from tests.proxy import RetimerProxy
-from tests.upstream import FakeLLM, load_fixture, make_anthropic_stream, make_openai_stream
+from tests.stream_bodies import load_fixture, make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 TEXT = (
     "Retimer keeps the words and changes only the time between them. "

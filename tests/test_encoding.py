@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from retimer.wire.encoding import decoder_for
 from tests.proxy import RetimerProxy
+from tests.stream_bodies import BodyEncoder, make_openai_stream
 from tests.test_faults import read_until_error, sse_text
-from tests.upstream import BodyEncoder, FakeLLM, make_openai_stream
+from tests.upstream import FakeLLM
 
 GOOD = ["gzip", "gzip-members", "deflate", "deflate-raw", "br", "zstd-frames"]
 

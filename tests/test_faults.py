@@ -31,7 +31,8 @@ import pytest
 from retimer.proxy import bridge
 from tests.inproc_proxy import InProcessProxy
 from tests.proxy import RetimerProxy
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream, split_events
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream, split_events
+from tests.upstream import FakeLLM
 
 WORDS = " ".join(f"w{i}" for i in range(600))
 SLOW = ("--profile", "gpt-5", "--ttft", "50ms", "--tps", "40", "--jitter", "0")

@@ -26,7 +26,8 @@ from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 from retimer.wire.tokenizer import split_tokens
 from tests import synthetic_traffic
 from tests.proxy import RetimerProxy, run_cli
-from tests.upstream import FakeLLM, load_fixture, make_openai_stream, split_events
+from tests.stream_bodies import load_fixture, make_openai_stream, split_events
+from tests.upstream import FakeLLM
 
 
 def _fit(records: list[dict]) -> Fit:

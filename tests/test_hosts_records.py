@@ -87,8 +87,9 @@ def test_the_proxy_streams_on_when_its_log_cannot_be_written(tmp_path: Path) -> 
     import httpx
 
     from tests.proxy import RetimerProxy
+    from tests.stream_bodies import make_openai_stream
     from tests.test_faults import sse_text
-    from tests.upstream import FakeLLM, make_openai_stream
+    from tests.upstream import FakeLLM
 
     text = "the stream is delivered even when its record cannot be"
     with FakeLLM(make_openai_stream(text), bursts=2) as fake:

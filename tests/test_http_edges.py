@@ -22,8 +22,8 @@ import pytest
 from retimer.proxy import bridge
 from tests.inproc_proxy import InProcessProxy
 from tests.proxy import RetimerProxy
+from tests.stream_bodies import make_openai_stream
 from tests.test_faults import sse_text
-from tests.upstream import make_openai_stream
 
 WORDS = " ".join(f"w{i}" for i in range(120))
 BODY = make_openai_stream(WORDS, words_per_chunk=3)

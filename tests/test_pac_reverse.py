@@ -18,7 +18,8 @@ import pytest
 from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
 from retimer.wire.hosts import LLM_HOSTS, is_llm_host
 from tests.proxy import RetimerProxy, run_cli
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 NODE = "/usr/bin/node"
 HOSTMAP = Path(__file__).parent / "hostmap.py"

@@ -27,7 +27,8 @@ import pytest
 
 from retimer.cli.launch_env import LOOPBACK
 from tests.proxy import RetimerProxy, free_port, run_cli
-from tests.upstream import FakeLLM, load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
+from tests.stream_bodies import load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 TESTS = Path(__file__).parent
 CLIENTS = TESTS / "run_clients"

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from tests.proxy import RetimerProxy, free_port
-from tests.upstream import FakeLLM, make_openai_stream
+from tests.stream_bodies import make_openai_stream
+from tests.upstream import FakeLLM
 
 TEXT = "Only the timing changes; the words never do. " * 4
 

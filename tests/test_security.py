@@ -20,8 +20,9 @@ from rich.console import Console
 from retimer.cli.liveview import LiveView
 from retimer.proxy.certs import ensure_ca
 from tests.proxy import RetimerProxy, free_port, run_cli
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.test_faults import read_until_error, sse_text
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 TEXT = "alpha beta gamma delta " * 20
 

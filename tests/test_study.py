@@ -23,7 +23,8 @@ from retimer.study.design import StudyDesign, StudyError, parse_study, williams_
 from retimer.study.ratings import RatingError, parse_rating
 from retimer.wire.protocols.base import RequestShape
 from tests.proxy import RetimerProxy, run_cli
-from tests.upstream import FakeLLM, make_anthropic_stream, make_openai_stream
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.upstream import FakeLLM
 
 TEXT = "Studies keep the words and change only the time between them, blinded. " * 2
 

@@ -237,7 +237,8 @@ def test_o3_streams_through_the_proxy_plan_the_tables_ttft(tmp_path: Path,
     import httpx
 
     from tests.proxy import RetimerProxy
-    from tests.upstream import FakeLLM, make_openai_stream
+    from tests.stream_bodies import make_openai_stream
+    from tests.upstream import FakeLLM
 
     n = 6
     with FakeLLM(make_openai_stream("Tokens are pieces of words.")) as fake, \

@@ -16,15 +16,8 @@ import openai
 import pytest
 from cryptography import x509
 
-from tests.upstream import (
-    CERT_NAMES,
-    FIXTURES,
-    FakeLLM,
-    load_fixture,
-    make_anthropic_stream,
-    make_openai_stream,
-    split_events,
-)
+from tests.stream_bodies import FIXTURES, load_fixture, make_anthropic_stream, make_openai_stream, split_events
+from tests.upstream import CERT_NAMES, FakeLLM
 
 TEXT = "The quick brown fox jumps over the lazy dog.\nSecond line: ünïcödé — and  spaces. "
 

@@ -26,7 +26,7 @@ from retimer.wire.sse import SSEParser
 from retimer.wire.tokenizer import split_tokens
 from tests.adapter_checks import channel_texts, random_pieces
 from tests.proxy import RetimerProxy
-from tests.upstream import FIXTURES
+from tests.stream_bodies import FIXTURES
 from tests.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
