@@ -20,8 +20,6 @@ from typing import Any
 
 from mitmproxy import ctx, http
 
-from retimer.proxy import bridge
-
 PROBE_HOST = "retimer-soak.probe"
 
 
@@ -49,8 +47,9 @@ def active_streams() -> list[dict[str, Any]]:
     retimer = ctx.master.addons.get("retimer")
     now = time.monotonic()
     out = []
+    bridge = {p.flow.id: p for p in retimer.bridge.paced_flows()} if retimer else {}
     for flow, pacer in list(retimer.active.values()) if retimer else []:
-        paced = bridge._paced.get(flow.id)
+        paced = bridge.get(flow.id)
         due = pacer.next_due()
         out.append({
             "url": flow.request.pretty_url,

@@ -43,7 +43,7 @@ class InProcessProxy:
     def start(self, timeout: float = 30.0) -> InProcessProxy:
         from retimer.proxy import bridge
 
-        bridge._draining = False  # a previous in-process run may have drained
+        bridge.install().reset()  # a previous in-process run may have drained
         built = threading.Event()
 
         async def main() -> None:

@@ -28,7 +28,6 @@ import httpx
 import openai
 import pytest
 
-from retimer.proxy import bridge
 from tests.inproc_proxy import InProcessProxy
 from tests.proxy import RetimerProxy
 from tests.stream_bodies import make_anthropic_stream, make_openai_stream, split_events
@@ -143,8 +142,8 @@ def test_client_disconnect_cancels_upstream_and_frees_state(tmp_path: Path, clie
             assert served.peer_closed - closed_at < 1.0
             assert len(served.writes) < 300  # it stopped long before the end (~300 events)
             # per-stream state is gone at once, and the objects are freed soon after
-            assert proxy.call(lambda: (bridge.active(), len(proxy.addon.active))) == (0, 0)
-            assert proxy.call(bridge.buffered) == 0
+            assert proxy.call(lambda: (proxy.addon.bridge.active, len(proxy.addon.active))) == (0, 0)
+            assert proxy.call(lambda: proxy.addon.bridge.buffered) == 0
             assert len(pacers) == 1
             deadline = time.monotonic() + 3
             while pacers[0]() is not None and time.monotonic() < deadline:
@@ -240,7 +239,7 @@ def test_an_upstream_close_mitmproxy_never_reports_still_ends_the_stream(
                     error = e
             ended_s = time.monotonic() - lost_at
         (record,) = proxy.records(1, timeout=5)
-        assert proxy.call(lambda: (bridge.active(), len(proxy.addon.active))) == (0, 0)
+        assert proxy.call(lambda: (proxy.addon.bridge.active, len(proxy.addon.active))) == (0, 0)
     assert isinstance(error, httpx.RemoteProtocolError)  # a broken body, never a clean end
     assert ended_s < 3
     assert WORDS.startswith(sse_text(got + rest)) and sse_text(got + rest) != ""
@@ -383,7 +382,7 @@ def test_never_ending_upstream_keeps_flowing_with_bounded_memory(tmp_path: Path,
                     elapsed = time.monotonic() - start
                     if len(marks) < int(elapsed):  # once a second: text so far, memory
                         marks.append(sse_text(bytes(got)).count("drip "))
-                        samples.append((proxy.call(bridge.buffered), _rss_kb()))
+                        samples.append((proxy.call(lambda: proxy.addon.bridge.buffered), _rss_kb()))
                     if elapsed > 6:
                         break
                 closed_at = time.monotonic()
@@ -400,7 +399,8 @@ def test_never_ending_upstream_keeps_flowing_with_bounded_memory(tmp_path: Path,
             time.sleep(0.02)
         assert fake.requests[0].peer_closed is not None
         assert fake.requests[0].peer_closed - closed_at < 1.0
-        assert proxy.call(lambda: (bridge.active(), len(proxy.addon.active), bridge.buffered())) == (0, 0, 0)
+        bridge = proxy.addon.bridge
+        assert proxy.call(lambda: (bridge.active, len(proxy.addon.active), bridge.buffered)) == (0, 0, 0)
 
 
 # -- the proxy is stopped with streams in flight -------------------------------------------

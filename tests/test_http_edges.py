@@ -19,7 +19,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from retimer.proxy import bridge
 from tests.inproc_proxy import InProcessProxy
 from tests.proxy import RetimerProxy
 from tests.stream_bodies import make_openai_stream
@@ -97,7 +96,7 @@ def upstream() -> Iterator[RawUpstream]:
 
 
 def _state(proxy: InProcessProxy) -> tuple[int, int]:
-    return proxy.call(lambda: (bridge.active(), len(proxy.addon.active)))
+    return proxy.call(lambda: (proxy.addon.bridge.active, len(proxy.addon.active)))
 
 
 def test_answers_without_a_body_are_not_paced_and_leave_no_state(

@@ -48,13 +48,13 @@ def build_proxy(
     m.addons.add(termlog.TermLog(out=_StderrProxy()))
     m.addons.add(*default_addons())
     m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
-    addon = Retimer()
-    study = config.study  # `retimer study`: the view must not show conditions
-    view = LiveView(out=out, interactive=interactive, active=addon.snapshot, blind=bool(study))
     try:
+        addon = Retimer()  # puts the pacing bridge into mitmproxy, once its internals are checked
         m.addons.add(*retimer_addons(addon))  # the same addons as `mitmdump -s addons/retimer.py`
     except InternalsMissing as e:
         fail(str(e), 1)
+    study = config.study  # `retimer study`: the view must not show conditions
+    view = LiveView(out=out, interactive=interactive, active=addon.snapshot, blind=bool(study))
     if not config.quiet:
         m.addons.add(RecordListener(view))  # every record, as the Retimer addon makes it
     confdir = config.confdir

@@ -20,7 +20,7 @@ from mitmproxy import ctx, exceptions, http
 
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile, ProfileError, base_profile_name
-from retimer.proxy import bridge
+from retimer.proxy.bridge import install
 from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
 from retimer.proxy.hooks import PROFILE_KEY, STREAM_KEY, RecordHook, StreamDoneHook, StreamStartHook
 from retimer.proxy.ws_pacing import WebSocketPacing
@@ -59,9 +59,11 @@ class Retimer:
     """Re-times LLM streams with the configured profile.
 
     Other addons follow its streams through the hooks of `retimer.proxy.hooks`: a stream's
-    start, its end, and every record."""
+    start, its end, and every record. Making one installs the pacing bridge into mitmproxy
+    (once per process; `bridge.InternalsMissing` if this mitmproxy lacks what it wraps)."""
 
     def __init__(self) -> None:
+        self.bridge = install()  # the process's pacing bridge
         self.profile: Profile | None = None
         self.seed: int = 0
         self.strategy = Strategy.LIVE
@@ -70,7 +72,7 @@ class Retimer:
         self.streams = 0
         self.log: RecordLog | None = None
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
-        self.websockets = WebSocketPacing(self._websocket_turn, self._websocket_done)
+        self.websockets = WebSocketPacing(self.bridge, self._websocket_turn, self._websocket_done)
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
         self.holding_whole = 0  # non-streaming responses being held right now
 
@@ -111,7 +113,6 @@ class Retimer:
             "smooth (start late enough to play at the profile rate without stalls) or replay "
             "(wait for the whole response, then play it with exact timing).",
         )
-        bridge.install()
 
     def configure(self, updated: set[str]) -> None:
         if updated & {"retimer_profile", "retimer_ttft", "retimer_tps", "retimer_jitter",
@@ -152,7 +153,7 @@ class Retimer:
 
     def done(self) -> None:
         # streams still in flight when the proxy stops get their record too (outcome shutdown)
-        bridge.shutdown_all("shutdown")
+        self.bridge.shutdown_all("shutdown")
         self.websockets.shutdown("shutdown")
         if self.log:
             self.log.close()
@@ -163,7 +164,7 @@ class Retimer:
 
     def drain(self) -> None:
         """Shutting down (retimer.proxy.safety): everything held goes out now, the rest as it comes."""
-        bridge.drain()
+        self.bridge.drain()
         self.websockets.drain()
         if self.drained is None:
             self.drained = asyncio.Event()
@@ -276,7 +277,7 @@ class Retimer:
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
         ctx.master.addons.trigger(StreamStartHook(flow, pacer))
-        bridge.pace(flow, pacer, self._finished)
+        self.bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
     def profile_for(self, flow: http.HTTPFlow | None) -> Profile:
@@ -379,7 +380,7 @@ def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
 
 
 def _collect_if_idle(addon: Retimer) -> None:
-    if addon.active or addon.websockets.sockets or bridge.active():
+    if addon.active or addon.websockets.sockets or addon.bridge.active:
         return
     if time.monotonic() - addon.last_request < IDLE_GC_AFTER_S:
         return

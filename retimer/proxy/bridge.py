@@ -6,6 +6,8 @@ flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes 
 stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
 `RequestWakeup` we asked for comes back as `Wakeup`, and `ResponseEndOfMessage` is held until
 the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+`install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
+which holds the paced streams, the held WebSockets and what they hold.
 
 WebSocket messages are paced with public hooks (dropped in `websocket_message`, re-sent with
 `inject.websocket`); what needs the internals is order: while a paced WebSocket still holds
@@ -19,7 +21,7 @@ everything that arrived sent, then the same error (HTTP/1: no terminating chunk;
 Bounds: bytes held per stream and in total are capped (`Settings`): past a cap the stream
 becomes pass-through. While bytes are held and nothing went out for `keepalive_s`, the adapter's
 keep-alive goes out (or, with `idle_release`, the next emission early). Sleeps never exceed
-MAX_SLEEP_S, so `drain()` (shutdown) is noticed within that.
+MAX_SLEEP_S, so `PacingBridge.drain()` (shutdown) is noticed within that.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ class PacedFlow:
     warned: bool = False
     wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
     last_send: float = 0.0  # when the client last got bytes (or the response head)
-    counted: int = 0  # this stream's share of _totals["buffered"]
+    counted: int = 0  # this stream's share of PacingBridge.buffered
 
 
 class CloseFrameScanner:
@@ -145,15 +147,6 @@ class HeldWebSocket:
     scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
 
 
-_paced: dict[str, PacedFlow] = {}
-_held_ws: dict[str, HeldWebSocket] = {}
-settings = Settings()
-_totals = {"buffered": 0}  # bytes kept by all paced streams
-_draining = False
-_original_handle_event: Callable[..., Any] | None = None
-_original_ws_handle_event: Callable[..., Any] | None = None
-
-
 def check_internals() -> None:
     """Fail with one clear line when mitmproxy changed what the bridge wraps."""
     needed = {
@@ -178,176 +171,299 @@ def check_internals() -> None:
         )
 
 
-def install() -> None:
-    """Wrap HttpStream once per process (idempotent)."""
-    global _original_handle_event
-    if _original_handle_event is not None:
-        return
-    check_internals()
-    global _original_ws_handle_event
-    _original_handle_event = HttpStream._handle_event
-    HttpStream._handle_event = _handle_event  # type: ignore[method-assign]
-    _original_ws_handle_event = WebsocketLayer.handle_event
-    WebsocketLayer.handle_event = _ws_handle_event  # type: ignore[method-assign]
+_installed: PacingBridge | None = None
 
 
-def pace(flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
-    """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
-    if _original_handle_event is None:
-        raise RuntimeError("retimer.proxy.bridge.install() was not called")
-    _paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
+def install() -> PacingBridge:
+    """The process's bridge. The first call checks mitmproxy's internals (InternalsMissing) and
+    wraps HttpStream and WebsocketLayer to call it; later calls return the same bridge."""
+    global _installed
+    if _installed is None:
+        check_internals()
+        bridge = PacingBridge(HttpStream._handle_event, WebsocketLayer.handle_event)
+
+        def handle_http(stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+            yield from bridge.http_event(stream, event)
+
+        def handle_websocket(layer: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+            yield from bridge.websocket_event(layer, event)
+
+        HttpStream._handle_event = handle_http  # type: ignore[method-assign]
+        WebsocketLayer.handle_event = handle_websocket  # type: ignore[method-assign]
+        _installed = bridge
+    return _installed
 
 
-def hold_websocket(flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
-    """Keep this WebSocket's server events back while `holding()` is true (call at its start)."""
-    if _original_ws_handle_event is None:
-        raise RuntimeError("retimer.proxy.bridge.install() was not called")
-    _held_ws[flow.id] = HeldWebSocket(holding)
+class PacingBridge:
+    """The paced HTTP streams and held WebSockets of this process, and what they hold.
 
+    The addons use the public part: `pace` a flow, `hold_websocket`/`release_websocket`,
+    `settings` (the bounds), `drain` and `shutdown_all` (shutdown), and what tests and the
+    soak probe read: `active`, `buffered`, `paced_flows()`, `draining`, `reset()`. mitmproxy
+    calls `http_event` and `websocket_event` through the wrappers `install()` puts in."""
 
-def release_websocket(flow: http.HTTPFlow) -> None:
-    _held_ws.pop(flow.id, None)
+    def __init__(self, original_http: Callable[..., Any], original_websocket: Callable[..., Any]) -> None:
+        self.settings = Settings()
+        self.draining = False  # shutting down: every stream sends what it holds when it wakes
+        self._buffered = 0  # bytes kept by all paced streams
+        self._paced: dict[str, PacedFlow] = {}
+        self._held_ws: dict[str, HeldWebSocket] = {}
+        self._original_http = original_http
+        self._original_websocket = original_websocket
 
+    # -- what the addons, tests and bench use ------------------------------------------------
+    def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
+        """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
+        self._paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
 
-def active() -> int:
-    return len(_paced)
+    def hold_websocket(self, flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
+        """Keep this WebSocket's server events back while `holding()` is true (call at its start)."""
+        self._held_ws[flow.id] = HeldWebSocket(holding)
 
+    def release_websocket(self, flow: http.HTTPFlow) -> None:
+        self._held_ws.pop(flow.id, None)
 
-def buffered() -> int:
-    """Bytes all paced streams keep now."""
-    return _totals["buffered"]
+    @property
+    def active(self) -> int:
+        """Paced HTTP streams in flight."""
+        return len(self._paced)
 
+    @property
+    def buffered(self) -> int:
+        """Bytes all paced streams keep now."""
+        return self._buffered
 
-def drain() -> None:
-    """Shutting down: from now on every stream sends what it holds as soon as it wakes."""
-    global _draining
-    _draining = True
+    def paced_flows(self) -> list[PacedFlow]:
+        return list(self._paced.values())
 
+    def drain(self) -> None:
+        """Shutting down: from now on every stream sends what it holds as soon as it wakes."""
+        self.draining = True
 
-def shutdown_all(outcome: str = "shutdown") -> int:
-    """Record every stream still in flight as ended with `outcome`; return how many."""
-    left = list(_paced.values())
-    for paced in left:
-        _finish(paced, outcome)
-    return len(left)
+    def shutdown_all(self, outcome: str = "shutdown") -> int:
+        """Record every stream still in flight as ended with `outcome`; return how many."""
+        left = self.paced_flows()
+        for paced in left:
+            self._finish(paced, outcome)
+        return len(left)
 
+    def reset(self) -> None:
+        """A fresh start for another proxy in this process (tests): default settings, not
+        draining, no stream; call only while no proxy runs."""
+        self.settings = Settings()
+        self.draining = False
+        self._buffered = 0
+        self._paced.clear()
+        self._held_ws.clear()
 
-def _ws_handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
-    assert _original_ws_handle_event is not None
-    held = _held_ws.get(self.flow.id)
-    if held is None:
-        yield from _original_ws_handle_event(self, event)
-        return
-    from_server = (
-        isinstance(event, events.ConnectionEvent) and event.connection == self.context.server
-    )
-    if from_server and (held.deferred or held.holding()):
-        held.deferred.append(event)
-        return
-    if from_server:
-        yield from _deliver(self, held, event)
-    else:
-        yield from _original_ws_handle_event(self, event)
-    yield from _replay(self, held)
+    # -- WebSocket order ----------------------------------------------------------------------
+    def websocket_event(self, layer: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+        held = self._held_ws.get(layer.flow.id)
+        if held is None:
+            yield from self._original_websocket(layer, event)
+            return
+        from_server = (
+            isinstance(event, events.ConnectionEvent) and event.connection == layer.context.server
+        )
+        if from_server and (held.deferred or held.holding()):
+            held.deferred.append(event)
+            return
+        if from_server:
+            yield from self._deliver(layer, held, event)
+        else:
+            yield from self._original_websocket(layer, event)
+        yield from self._replay(layer, held)
 
+    def _deliver(
+        self, layer: Any, held: HeldWebSocket, event: events.Event
+    ) -> Generator[commands.Command, Any, None]:
+        """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
+        the scanner sees the whole stream: a close frame found in it waits at the head of the
+        deferred events, behind the messages the same read carried (they get held first)."""
+        if isinstance(event, events.DataReceived) and not held.scanner.seen:
+            cut = held.scanner.close_offset(event.data)
+            if cut is not None:
+                held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
+                if not cut:
+                    return
+                event = events.DataReceived(event.connection, event.data[:cut])
+        yield from self._original_websocket(layer, event)
 
-def _deliver(self: Any, held: HeldWebSocket, event: events.Event) -> Generator[commands.Command, Any, None]:
-    """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
-    the scanner sees the whole stream: a close frame found in it waits at the head of the
-    deferred events, behind the messages the same read carried (they get held first)."""
-    assert _original_ws_handle_event is not None
-    if isinstance(event, events.DataReceived) and not held.scanner.seen:
-        cut = held.scanner.close_offset(event.data)
-        if cut is not None:
-            held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
-            if not cut:
+    def _replay(self, layer: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
+        # replay what waited once everything held is out (and no hook reply is pending)
+        while held.deferred and not layer._paused and not held.holding():
+            yield from self._deliver(layer, held, held.deferred.pop(0))
+
+    # -- HTTP streams -------------------------------------------------------------------------
+    def http_event(self, stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+        flow = getattr(stream, "flow", None)
+        paced = self._paced.get(flow.id) if flow is not None else None
+        if isinstance(event, events.Wakeup) and isinstance(event.command, PacingWakeup):
+            if paced is not None and paced.wakeups.pop(event.command, None) is not None:
+                yield from self._emit(stream, paced)
+            return  # a stale wakeup for a finished stream
+        if paced is None or paced.finished:
+            yield from self._original_http(stream, event)
+            return
+        streaming = stream.server_state == stream.state_stream_response_body
+        if isinstance(event, ResponseData) and streaming:
+            now = time.monotonic()
+            paced.pacer.feed(event.data, now)
+            self._warn_once(stream, paced)
+            if paced.pacer.broken is not None:
+                yield from self._corrupt(stream, paced, now)
                 return
-            event = events.DataReceived(event.connection, event.data[:cut])
-    yield from _original_ws_handle_event(self, event)
+            self._account(paced)
+            self._check_caps(stream, paced, now)
+            yield from self._emit(stream, paced)
+        elif isinstance(event, ResponseEndOfMessage) and streaming:
+            now = time.monotonic()
+            paced.pacer.finish(now)
+            if paced.pacer.broken is not None:
+                yield from self._corrupt(stream, paced, now)
+                return
+            self._warn_once(stream, paced)
+            paced.held_end = event
+            yield from self._emit(stream, paced)
+        elif isinstance(event, ResponseProtocolError):
+            # the upstream broke: the client gets everything that arrived, then the same error
+            yield from self._end_broken(stream, paced, time.monotonic(), event)
+        elif isinstance(event, RequestProtocolError):
+            self._finish(paced, "client-gone")
+            yield from self._original_http(stream, event)
+        else:
+            yield from self._original_http(stream, event)
 
+    def _end_broken(
+        self, stream: Any, paced: PacedFlow, now: float, error: Any
+    ) -> Generator[commands.Command, Any, None]:
+        """The stream cannot end cleanly: the client gets everything that arrived, then
+        `error` (a ResponseProtocolError: HTTP/1 no terminating chunk, h2 RST_STREAM)."""
+        yield from self._send(stream, paced, paced.pacer.abort(now), now)
+        self._finish(paced, "upstream-error")
+        yield from self._original_http(stream, error)
 
-def _replay(self: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
-    # replay what waited once everything held is out (and no hook reply is pending)
-    while held.deferred and not self._paused and not held.holding():
-        yield from _deliver(self, held, held.deferred.pop(0))
-
-
-def _handle_event(self: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
-    flow = getattr(self, "flow", None)
-    paced = _paced.get(flow.id) if flow is not None else None
-    if isinstance(event, events.Wakeup) and isinstance(event.command, PacingWakeup):
-        if paced is not None and paced.wakeups.pop(event.command, None) is not None:
-            yield from _emit(self, paced)
-        return  # a stale wakeup for a finished stream
-    assert _original_handle_event is not None
-    if paced is None or paced.finished:
-        yield from _original_handle_event(self, event)
-        return
-    streaming = self.server_state == self.state_stream_response_body
-    if isinstance(event, ResponseData) and streaming:
-        now = time.monotonic()
-        paced.pacer.feed(event.data, now)
-        _warn_once(self, paced)
-        if paced.pacer.broken is not None:
-            yield from _break(self, paced, now)
+    def _warn_once(self, stream: Any, paced: PacedFlow) -> None:
+        """One warning per stream: it fell back to pass-through, or it carried a malformed part."""
+        if paced.warned:
             return
-        _account(paced)
-        _check_caps(self, paced, now)
-        yield from _emit(self, paced)
-    elif isinstance(event, ResponseEndOfMessage) and streaming:
+        pacer, host = paced.pacer, stream.flow.request.pretty_host
+        if failure := pacer.fallback:
+            paced.warned = True
+            logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from {host} "
+                           f"({failure}); passing the rest through unchanged")
+        elif anomaly := pacer.adapter.anomaly:
+            paced.warned = True
+            logger.warning(f"retimer: the {pacer.adapter.name} stream from {host} has {anomaly}; "
+                           "passed on unchanged")
+
+    def _corrupt(self, stream: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:
+        """The body cannot be decoded (its Content-Encoding header is already gone): the client
+        gets everything decoded so far, then a broken connection, as a client reading the upstream
+        directly would fail; never the undecodable bytes with a clean end."""
+        logger.warning(
+            f"retimer: the {paced.pacer.adapter.name} stream from {stream.flow.request.pretty_host} "
+            f"is corrupt ({paced.pacer.broken}); the client gets what was decoded, then an error"
+        )
+        yield from self._end_broken(stream, paced, now, _server_error(stream, f"retimer: {paced.pacer.broken}"))
+
+    def _emit(self, stream: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
+        pacer = paced.pacer
         now = time.monotonic()
-        paced.pacer.finish(now)
-        if paced.pacer.broken is not None:
-            yield from _break(self, paced, now)
+        if _upstream_gone(stream, paced):
+            logger.warning(f"retimer: the upstream connection of a stream from "
+                           f"{stream.flow.request.pretty_host} closed without ending it; "
+                           "ending it as broken")
+            yield from self._end_broken(stream, paced, now, _server_error(stream, "server connection lost"))
             return
-        _warn_once(self, paced)
-        paced.held_end = event
-        yield from _emit(self, paced)
-    elif isinstance(event, ResponseProtocolError):
-        # the upstream broke: the client gets everything that arrived, then the same error
-        now = time.monotonic()
-        yield from _send(self, paced, paced.pacer.abort(now), now)
-        _finish(paced, "upstream-error")
-        yield from _original_handle_event(self, event)
-    elif isinstance(event, RequestProtocolError):
-        _finish(paced, "client-gone")
-        yield from _original_handle_event(self, event)
-    else:
-        yield from _original_handle_event(self, event)
+        due = pacer.flush(now) if self.draining else pacer.pop_due(now + WINDOW_S)
+        keepalive = self.settings.keepalive_s
+        if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
+            due = pacer.idle(now, self.settings.idle_release)
+        if due:
+            yield from self._send(stream, paced, due, now)
+        if pacer.done:
+            if paced.held_end is not None:
+                end = paced.held_end
+                self._finish(paced, "complete")
+                yield from self._original_http(stream, end)
+            return
+        wake = pacer.next_due()
+        if pacer.holding:  # bounded sleeps; keep-alive time while bytes are held
+            cap = now + MAX_SLEEP_S
+            if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
+                cap = min(cap, paced.last_send + keepalive)
+            wake = cap if wake is None else min(wake, cap)
+        elif wake is None and paced.held_end is None:
+            wake = now + MAX_SLEEP_S  # waiting on the upstream: look again for a lost close
+        if wake is None:
+            return
+        if paced.wakeups and min(paced.wakeups.values()) <= wake:
+            return  # an earlier or equal wakeup is already on its way
+        delay = max(0.0, wake - now - EARLY_S)
+        if delay > LONG_SLEEP_S:
+            delay -= LONG_SLEEP_EARLY_S  # epoll rounds up to the ms and the kernel adds slack
+        cmd = PacingWakeup(delay)
+        paced.wakeups[cmd] = wake
+        yield cmd
 
+    def _account(self, paced: PacedFlow) -> None:
+        """Keep the total of held bytes current (O(1): this stream's change only)."""
+        now_held = paced.pacer.buffered
+        self._buffered += now_held - paced.counted
+        paced.counted = now_held
 
-def _warn_once(self: Any, paced: PacedFlow) -> None:
-    """One warning per stream: it fell back to pass-through, or it carried a malformed part."""
-    if paced.warned:
-        return
-    pacer, host = paced.pacer, self.flow.request.pretty_host
-    if failure := pacer.fallback:
+    def _check_caps(self, stream: Any, paced: PacedFlow, now: float) -> None:
+        """Past a cap the stream becomes pass-through: what it holds goes out at once."""
+        held, total, settings = paced.counted, self._buffered, self.settings
+        if paced.pacer.failure is not None:
+            return  # passing through already: nothing is held for long
+        if held > settings.max_stream_buffer:
+            reason = f"{held} bytes held > {settings.max_stream_buffer} per stream"
+        elif total > settings.max_total_buffer:
+            reason = f"{total} bytes held by all streams > {settings.max_total_buffer}"
+        else:
+            return
+        paced.pacer.cap_reached(reason, now)
+        self._account(paced)
         paced.warned = True
-        logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from {host} "
-                       f"({failure}); passing the rest through unchanged")
-    elif anomaly := pacer.adapter.anomaly:
-        paced.warned = True
-        logger.warning(f"retimer: the {pacer.adapter.name} stream from {host} has {anomaly}; "
-                       "passed on unchanged")
+        logger.warning(
+            f"retimer: the stream from {stream.flow.request.pretty_host} reached the buffer cap "
+            f"({reason}); passing it through unpaced"
+        )
+
+    def _send(
+        self, stream: Any, paced: PacedFlow, batch: list[Emission], now: float
+    ) -> Generator[commands.Command, Any, None]:
+        if not batch:
+            return
+        data = batch[0].data if len(batch) == 1 else b"".join(e.data for e in batch)
+        if stream.context.options.store_streamed_bodies:
+            stream.response_body_buf += data
+        yield SendHttp(ResponseData(stream.stream_id, data), stream.context.client)
+        paced.pacer.sent(batch, now)
+        paced.last_send = now
+        self._account(paced)
+
+    def _finish(self, paced: PacedFlow, outcome: str) -> None:
+        if paced.finished:
+            return
+        paced.finished = True
+        self._paced.pop(paced.flow.id, None)
+        self._buffered -= paced.counted
+        paced.counted = 0
+        try:
+            paced.on_done(paced.flow, paced.pacer, time.monotonic(), outcome)
+        except Exception:  # a broken record must never break the stream
+            logger.exception("retimer: recording a finished stream failed")
 
 
-def _break(self: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:
-    """The body cannot be decoded (its Content-Encoding header is already gone): the client
-    gets everything decoded so far, then a broken connection, as a client reading the upstream
-    directly would fail; never the undecodable bytes with a clean end."""
-    logger.warning(
-        f"retimer: the {paced.pacer.adapter.name} stream from {self.flow.request.pretty_host} "
-        f"is corrupt ({paced.pacer.broken}); the client gets what was decoded, then an error"
-    )
-    yield from _send(self, paced, paced.pacer.abort(now), now)
-    _finish(paced, "upstream-error")
-    assert _original_handle_event is not None
-    error = ResponseProtocolError(self.stream_id, f"retimer: {paced.pacer.broken}",
-                                  ErrorCode.GENERIC_SERVER_ERROR)
-    yield from _original_handle_event(self, error)
+def _server_error(stream: Any, message: str) -> Any:
+    """The error a broken upstream would give this stream (ended as the server's fault)."""
+    return ResponseProtocolError(stream.stream_id, message, ErrorCode.GENERIC_SERVER_ERROR)
 
 
-def _upstream_gone(self: Any, paced: PacedFlow) -> bool:
+def _upstream_gone(stream: Any, paced: PacedFlow) -> bool:
     """The upstream connection has ended, yet the stream got neither its end nor an error.
 
     mitmproxy 12 can lose a server connection's close: a reader whose drain failed on the
@@ -355,109 +471,8 @@ def _upstream_gone(self: Any, paced: PacedFlow) -> bool:
     cancellation lands there and ConnectionClosed is never delivered (seen in the soak under
     load). A plain proxy would leave that client waiting for its read timeout; a stream that
     retimer keeps alive with SSE comments would wait for ever. So each wake checks."""
-    conn = getattr(self.flow, "server_conn", None)
+    conn = getattr(stream.flow, "server_conn", None)
     return (
         paced.held_end is None and not paced.pacer.done
         and conn is not None and conn.timestamp_end is not None
     )
-
-
-def _emit(self: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
-    pacer = paced.pacer
-    now = time.monotonic()
-    if _upstream_gone(self, paced):
-        logger.warning(f"retimer: the upstream connection of a stream from "
-                       f"{self.flow.request.pretty_host} closed without ending it; "
-                       "ending it as broken")
-        yield from _send(self, paced, pacer.abort(now), now)
-        _finish(paced, "upstream-error")
-        assert _original_handle_event is not None
-        lost = ResponseProtocolError(self.stream_id, "server connection lost",
-                                     ErrorCode.GENERIC_SERVER_ERROR)
-        yield from _original_handle_event(self, lost)
-        return
-    due = pacer.flush(now) if _draining else pacer.pop_due(now + WINDOW_S)
-    keepalive = settings.keepalive_s
-    if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
-        due = pacer.idle(now, settings.idle_release)
-    if due:
-        yield from _send(self, paced, due, now)
-    if pacer.done:
-        if paced.held_end is not None:
-            end = paced.held_end
-            _finish(paced, "complete")
-            assert _original_handle_event is not None
-            yield from _original_handle_event(self, end)
-        return
-    wake = pacer.next_due()
-    if pacer.holding:  # bounded sleeps; keep-alive time while bytes are held
-        cap = now + MAX_SLEEP_S
-        if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
-            cap = min(cap, paced.last_send + keepalive)
-        wake = cap if wake is None else min(wake, cap)
-    elif wake is None and paced.held_end is None:
-        wake = now + MAX_SLEEP_S  # waiting on the upstream: look again for a lost close
-    if wake is None:
-        return
-    if paced.wakeups and min(paced.wakeups.values()) <= wake:
-        return  # an earlier or equal wakeup is already on its way
-    delay = max(0.0, wake - now - EARLY_S)
-    if delay > LONG_SLEEP_S:
-        delay -= LONG_SLEEP_EARLY_S  # epoll rounds up to the ms and the kernel adds slack
-    cmd = PacingWakeup(delay)
-    paced.wakeups[cmd] = wake
-    yield cmd
-
-
-def _account(paced: PacedFlow) -> None:
-    """Keep the total of held bytes current (O(1): this stream's change only)."""
-    now_held = paced.pacer.buffered
-    _totals["buffered"] += now_held - paced.counted
-    paced.counted = now_held
-
-
-def _check_caps(self: Any, paced: PacedFlow, now: float) -> None:
-    """Past a cap the stream becomes pass-through: what it holds goes out at once."""
-    held, total = paced.counted, _totals["buffered"]
-    if paced.pacer.failure is not None:
-        return  # passing through already: nothing is held for long
-    if held > settings.max_stream_buffer:
-        reason = f"{held} bytes held > {settings.max_stream_buffer} per stream"
-    elif total > settings.max_total_buffer:
-        reason = f"{total} bytes held by all streams > {settings.max_total_buffer}"
-    else:
-        return
-    paced.pacer.cap_reached(reason, now)
-    _account(paced)
-    paced.warned = True
-    logger.warning(
-        f"retimer: the stream from {self.flow.request.pretty_host} reached the buffer cap "
-        f"({reason}); passing it through unpaced"
-    )
-
-
-def _send(
-    self: Any, paced: PacedFlow, batch: list[Emission], now: float
-) -> Generator[commands.Command, Any, None]:
-    if not batch:
-        return
-    data = batch[0].data if len(batch) == 1 else b"".join(e.data for e in batch)
-    if self.context.options.store_streamed_bodies:
-        self.response_body_buf += data
-    yield SendHttp(ResponseData(self.stream_id, data), self.context.client)
-    paced.pacer.sent(batch, now)
-    paced.last_send = now
-    _account(paced)
-
-
-def _finish(paced: PacedFlow, outcome: str) -> None:
-    if paced.finished:
-        return
-    paced.finished = True
-    _paced.pop(paced.flow.id, None)
-    _totals["buffered"] -= paced.counted
-    paced.counted = 0
-    try:
-        paced.on_done(paced.flow, paced.pacer, time.monotonic(), outcome)
-    except Exception:  # a broken record must never break the stream
-        logger.exception("retimer: recording a finished stream failed")

@@ -27,7 +27,6 @@ from mitmproxy import ctx, exceptions
 from mitmproxy.utils import human
 
 from retimer.profile.units import parse_duration
-from retimer.proxy import bridge
 from retimer.proxy.addon import Retimer
 from retimer.proxy.security import exposure_warning
 
@@ -86,7 +85,7 @@ class Safety:
 
     def configure(self, updated: set[str]) -> None:
         opts = ctx.options
-        s = bridge.settings
+        s = self.retimer.bridge.settings
         if "retimer_max_stream_buffer" in updated:
             s.max_stream_buffer = _size("retimer_max_stream_buffer", opts.retimer_max_stream_buffer)
         if "retimer_max_total_buffer" in updated:

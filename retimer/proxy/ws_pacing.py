@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from mitmproxy import ctx, http
 
-from retimer.proxy import bridge
+from retimer.proxy.bridge import EARLY_S, WINDOW_S, PacingBridge
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.websocket import decode_messages, encode_message
 
@@ -52,7 +52,8 @@ class PacedWebSocket:
 class WebSocketPacing:
     """The WebSocket side of the addon: one PacedWebSocket per paced connection."""
 
-    def __init__(self, new_pacer: NewPacer, on_done: TurnDone) -> None:
+    def __init__(self, bridge: PacingBridge, new_pacer: NewPacer, on_done: TurnDone) -> None:
+        self._bridge = bridge
         self._new_pacer = new_pacer
         self._on_done = on_done
         self.sockets: dict[str, PacedWebSocket] = {}
@@ -62,7 +63,7 @@ class WebSocketPacing:
         ws = PacedWebSocket(flow)
         self.sockets[flow.id] = ws
         self._new_turn(ws, time.monotonic())
-        bridge.hold_websocket(flow, ws.holding)
+        self._bridge.hold_websocket(flow, ws.holding)
 
     def message(self, flow: http.HTTPFlow) -> None:
         ws = self.sockets.get(flow.id)
@@ -101,7 +102,7 @@ class WebSocketPacing:
 
     def end(self, flow: http.HTTPFlow, outcome: str | None = None) -> None:
         ws = self.sockets.pop(flow.id, None)
-        bridge.release_websocket(flow)
+        self._bridge.release_websocket(flow)
         if ws is None:
             return
         ws.closed = True
@@ -140,7 +141,7 @@ class WebSocketPacing:
             if ws.timer_due <= due:
                 return
             ws.timer.cancel()
-        delay = 0.0 if self.draining else max(0.0, due - now - bridge.EARLY_S)
+        delay = 0.0 if self.draining else max(0.0, due - now - EARLY_S)
         ws.timer_due = due
         ws.timer = asyncio.get_running_loop().call_later(delay, self._emit, ws)
 
@@ -153,7 +154,7 @@ class WebSocketPacing:
             if turn.pacer.next_due() is None:
                 continue  # earlier turns are drained: later ones may send
             batch = (turn.pacer.flush(now) if self.draining
-                     else turn.pacer.pop_due(now + bridge.WINDOW_S))
+                     else turn.pacer.pop_due(now + WINDOW_S))
             for emission in batch:
                 for payload, is_text in decode_messages(emission.data):
                     ws.in_flight += 1
