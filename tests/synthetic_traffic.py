@@ -1,6 +1,6 @@
 """Synthetic upstream traffic drawn from a profile, as records `retimer fit` reads.
 
-Each stream is what retimer's own pacer would make of a profile's draw (retimer/pacer.py): the
+Each stream is what retimer's own pacer would make of a profile's draw (retimer/timing/pacer.py): the
 first event carries a chunk_size() of tokens at the drawn TTFT; every later event draws a
 chunk size and leaves when its last token is due, one gap() per token; the last event is cut
 short by the stream's end. Times are encoded with retimer.timing.metrics.encode_side, as in real

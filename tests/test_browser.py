@@ -3,7 +3,7 @@
 A fake LLM site (HTTPS, its own CA, host `llm.test` mapped to loopback inside mitmproxy by
 tests/hostmap.py) serves a chat page whose script streams /v1/chat/completions with fetch()
 and records performance.now() per read. The browsers get retimer's throwaway profile from
-retimer/browser.py (Chromium driven by Playwright on the system binary, Firefox by its own
+retimer/cli/browser.py (Chromium driven by Playwright on the system binary, Firefox by its own
 WebDriver BiDi). The page must see the profile's TTFT and rate and exactly the upstream text.
 """
 

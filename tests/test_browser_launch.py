@@ -1,4 +1,4 @@
-"""retimer/browser.py without a real browser: finding one, its command line and profile, the
+"""retimer/cli/browser.py without a real browser: finding one, its command line and profile, the
 SPKI pin, stopping it, and the `retimer browser` command's one-line errors.
 
 The real browsers run in test_browser.py.

@@ -1,6 +1,6 @@
 """Fit a speed profile to recorded upstream traffic (`retimer fit`). Sans-io: records in, YAML out.
 
-The fit inverts retimer's own timing model (retimer/timing.py, retimer/pacer.py), so a profile
+The fit inverts retimer's own timing model (retimer/timing/model.py, retimer/timing/pacer.py), so a profile
 fitted to traffic that model produced gives back its parameters. Events are taken as the
 network delivered them: adapter events that arrived in one read (same time) are one event.
 Records left out: not complete, non-streaming, cache hits (the upstream was a local replay),

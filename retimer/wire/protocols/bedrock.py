@@ -1,4 +1,4 @@
-"""AWS Bedrock Runtime streams: binary event stream frames (see retimer/eventstream.py).
+"""AWS Bedrock Runtime streams: binary event stream frames (see retimer/wire/eventstream.py).
 
 ConverseStream (`POST .../model/{id}/converse-stream`): tokens arrive in `contentBlockDelta`
 frames, in `delta.text` (answer), `delta.reasoningContent.text` (reasoning) and
