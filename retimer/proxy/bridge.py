@@ -20,8 +20,9 @@ closes the upstream connection, cancelling the request); an upstream that breaks
 everything that arrived sent, then the same error (HTTP/1: no terminating chunk; h2: RST_STREAM).
 Bounds: bytes held per stream and in total are capped (`Settings`): past a cap the stream
 becomes pass-through. While bytes are held and nothing went out for `keepalive_s`, the adapter's
-keep-alive goes out (or, with `idle_release`, the next emission early). Sleeps never exceed
-MAX_SLEEP_S, so `PacingBridge.drain()` (shutdown) is noticed within that.
+keep-alive goes out (or, with `idle_release`, the next emission early). When to send and when
+to wake is `retimer.timing.emission`'s policy; its sleeps never exceed MAX_SLEEP_S, so
+`PacingBridge.drain()` (shutdown) is noticed within that.
 """
 
 from __future__ import annotations
@@ -38,15 +39,10 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
+from retimer.timing import emission
 from retimer.timing.pacer import Emission, StreamPacer
 
 logger = logging.getLogger(__name__)
-
-EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run late)
-WINDOW_S = 0.0005  # on waking, send everything due within this window
-LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
-LONG_SLEEP_EARLY_S = 0.0004
-MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
 
 HttpStream = http_layer.HttpStream
 SendHttp = http_layer.SendHttp
@@ -376,10 +372,10 @@ class PacingBridge:
                            "ending it as broken")
             yield from self._end_broken(stream, paced, now, _server_error(stream, "server connection lost"))
             return
-        due = pacer.flush(now) if self.draining else pacer.pop_due(now + WINDOW_S)
-        keepalive = self.settings.keepalive_s
-        if not due and keepalive and now + WINDOW_S >= paced.last_send + keepalive:
-            due = pacer.idle(now, self.settings.idle_release)
+        settings = self.settings
+        due = emission.to_send(pacer, now, self.draining)
+        if not due and emission.keepalive_due(now, paced.last_send, settings.keepalive_s):
+            due = pacer.idle(now, settings.idle_release)
         if due:
             yield from self._send(stream, paced, due, now)
         if pacer.done:
@@ -388,22 +384,13 @@ class PacingBridge:
                 self._finish(paced, "complete")
                 yield from self._original_http(stream, end)
             return
-        wake = pacer.next_due()
-        if pacer.holding:  # bounded sleeps; keep-alive time while bytes are held
-            cap = now + MAX_SLEEP_S
-            if keepalive and paced.last_send + keepalive > now:  # (not past: idle() had nothing)
-                cap = min(cap, paced.last_send + keepalive)
-            wake = cap if wake is None else min(wake, cap)
-        elif wake is None and paced.held_end is None:
-            wake = now + MAX_SLEEP_S  # waiting on the upstream: look again for a lost close
-        if wake is None:
+        wake = emission.next_wake(
+            now, pacer.next_due(), holding=pacer.holding, awaiting_upstream=paced.held_end is None,
+            last_send=paced.last_send, keepalive_s=settings.keepalive_s,
+        )
+        if wake is None or not emission.needs_timer(wake, min(paced.wakeups.values(), default=None)):
             return
-        if paced.wakeups and min(paced.wakeups.values()) <= wake:
-            return  # an earlier or equal wakeup is already on its way
-        delay = max(0.0, wake - now - EARLY_S)
-        if delay > LONG_SLEEP_S:
-            delay -= LONG_SLEEP_EARLY_S  # epoll rounds up to the ms and the kernel adds slack
-        cmd = PacingWakeup(delay)
+        cmd = PacingWakeup(emission.timer_delay(wake, now))
         paced.wakeups[cmd] = wake
         yield cmd
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from mitmproxy import ctx, http
 
-from retimer.proxy.bridge import EARLY_S, WINDOW_S, PacingBridge
+from retimer.proxy.bridge import PacingBridge
+from retimer.timing import emission
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.websocket import decode_messages, encode_message
 
@@ -137,11 +138,11 @@ class WebSocketPacing:
         due = next((d for t in ws.turns if (d := t.pacer.next_due()) is not None), None)
         if due is None or ws.closed:
             return
+        if not emission.needs_timer(due, ws.timer_due if ws.timer is not None else None):
+            return
         if ws.timer is not None:
-            if ws.timer_due <= due:
-                return
             ws.timer.cancel()
-        delay = 0.0 if self.draining else max(0.0, due - now - EARLY_S)
+        delay = 0.0 if self.draining else emission.timer_delay(due, now)
         ws.timer_due = due
         ws.timer = asyncio.get_running_loop().call_later(delay, self._emit, ws)
 
@@ -153,10 +154,9 @@ class WebSocketPacing:
         for turn in ws.turns:
             if turn.pacer.next_due() is None:
                 continue  # earlier turns are drained: later ones may send
-            batch = (turn.pacer.flush(now) if self.draining
-                     else turn.pacer.pop_due(now + WINDOW_S))
-            for emission in batch:
-                for payload, is_text in decode_messages(emission.data):
+            batch = emission.to_send(turn.pacer, now, self.draining)
+            for sent in batch:
+                for payload, is_text in decode_messages(sent.data):
                     ws.in_flight += 1
                     ctx.master.commands.call("inject.websocket", ws.flow, True, payload, is_text)
             turn.pacer.sent(batch, now)

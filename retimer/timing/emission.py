@@ -1,0 +1,64 @@
+"""When a paced stream sends and when it wakes next: the policy HTTP streams (the proxy's pacing
+bridge) and WebSocket messages (its WebSocket pacing) share. Sans-io: times and the pacer's
+state in, decisions out; the shell owns the clock, the timers and the connection.
+
+Timers run late (asyncio's are millisecond-grained, and the kernel adds slack to long sleeps),
+so a stream asks to wake a little before its next due time and, once awake, sends everything
+due within a short window in one write. While the proxy drains (shutdown), everything held
+leaves at once. An HTTP stream that holds bytes also wakes for its keep-alive and at least every
+MAX_SLEEP_S, and one still waiting on its upstream looks again as often, for a lost close.
+"""
+
+from __future__ import annotations
+
+from retimer.timing.pacer import Emission, StreamPacer
+
+EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run late)
+WINDOW_S = 0.0005  # on waking, send everything due within this window
+LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
+LONG_SLEEP_EARLY_S = 0.0004
+MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
+
+
+def to_send(pacer: StreamPacer, now: float, draining: bool) -> list[Emission]:
+    """What leaves on a wake at `now`: what is due within the window, or, while the proxy
+    drains, everything the pacer holds."""
+    return pacer.flush(now) if draining else pacer.pop_due(now + WINDOW_S)
+
+
+def keepalive_due(now: float, last_send: float, keepalive_s: float) -> bool:
+    """The client will have had nothing for `keepalive_s` (0: never) within this wake's window."""
+    return bool(keepalive_s) and now + WINDOW_S >= last_send + keepalive_s
+
+
+def next_wake(
+    now: float, next_due: float | None, *, holding: bool, awaiting_upstream: bool,
+    last_send: float, keepalive_s: float,
+) -> float | None:
+    """When an HTTP stream wakes next (None: nothing to wake for): its next due time, but while
+    it holds bytes no later than MAX_SLEEP_S from now nor than its keep-alive time (one not yet
+    past: a past one found nothing to send), and while it waits on its upstream with nothing
+    due, MAX_SLEEP_S from now."""
+    if holding:
+        cap = now + MAX_SLEEP_S
+        if keepalive_s and last_send + keepalive_s > now:
+            cap = min(cap, last_send + keepalive_s)
+        return cap if next_due is None else min(next_due, cap)
+    if next_due is None and awaiting_upstream:
+        return now + MAX_SLEEP_S
+    return next_due
+
+
+def needs_timer(wake: float, pending: float | None) -> bool:
+    """A new timer is needed for `wake` unless one due at `pending`, no later, is on its way."""
+    return pending is None or pending > wake
+
+
+def timer_delay(wake: float, now: float) -> float:
+    """How long to sleep to wake in time for `wake`: EARLY_S before it, and LONG_SLEEP_EARLY_S
+    earlier still after a sleep longer than LONG_SLEEP_S (epoll rounds up to the millisecond
+    and the kernel adds slack). A wake that comes too early sends nothing and asks again."""
+    delay = max(0.0, wake - now - EARLY_S)
+    if delay > LONG_SLEEP_S:
+        delay -= LONG_SLEEP_EARLY_S
+    return delay

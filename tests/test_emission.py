@@ -1,0 +1,69 @@
+"""The wake/send policy of paced streams (retimer.timing.emission), on made-up times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from retimer.timing import emission
+from retimer.timing.emission import EARLY_S, LONG_SLEEP_EARLY_S, MAX_SLEEP_S, WINDOW_S
+
+
+class FakePacer:
+    """Records which of the pacer's two ways out the policy took."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, float]] = []
+
+    def flush(self, now: float) -> list[Any]:
+        self.calls.append(("flush", now))
+        return []
+
+    def pop_due(self, until: float) -> list[Any]:
+        self.calls.append(("pop_due", until))
+        return []
+
+
+def test_a_wake_sends_what_is_due_within_the_window_or_everything_while_draining() -> None:
+    pacer: Any = FakePacer()
+    emission.to_send(pacer, 10.0, draining=False)
+    emission.to_send(pacer, 10.0, draining=True)
+    assert pacer.calls == [("pop_due", 10.0 + WINDOW_S), ("flush", 10.0)]
+
+
+def test_keepalive_is_due_when_the_idle_time_ends_within_the_window() -> None:
+    assert emission.keepalive_due(now=14.0, last_send=10.0, keepalive_s=4.0)
+    assert emission.keepalive_due(now=14.0 - WINDOW_S, last_send=10.0, keepalive_s=4.0)
+    assert not emission.keepalive_due(now=13.99, last_send=10.0, keepalive_s=4.0)
+    assert not emission.keepalive_due(now=100.0, last_send=10.0, keepalive_s=0.0)  # off
+
+
+@pytest.mark.parametrize(("next_due", "holding", "awaiting", "last_send", "keepalive", "wake"), [
+    (10.2, False, False, 9.0, 4.0, 10.2),  # nothing held: the next due time
+    (None, False, False, 9.0, 4.0, None),  # the end is in: nothing to wake for
+    (None, False, True, 9.0, 4.0, 10.0 + MAX_SLEEP_S),  # waiting on the upstream: look again
+    (15.0, True, True, 9.0, 0.0, 10.0 + MAX_SLEEP_S),  # holding: never longer than MAX_SLEEP_S
+    (15.0, True, True, 9.5, 1.0, 10.5),  # holding: by the keep-alive time
+    (15.0, True, True, 8.0, 1.0, 10.0 + MAX_SLEEP_S),  # a keep-alive time already past is no cap
+    (10.3, True, True, 9.5, 1.0, 10.3),  # due before both caps
+    (None, True, False, 9.5, 1.0, 10.5),  # holding a partial event: the keep-alive time
+])
+def test_next_wake(next_due: float | None, holding: bool, awaiting: bool, last_send: float,
+                   keepalive: float, wake: float | None) -> None:
+    assert emission.next_wake(10.0, next_due, holding=holding, awaiting_upstream=awaiting,
+                              last_send=last_send, keepalive_s=keepalive) == wake
+
+
+def test_a_timer_on_its_way_no_later_than_the_wake_is_enough() -> None:
+    assert emission.needs_timer(10.0, None)
+    assert emission.needs_timer(10.0, 10.5)
+    assert not emission.needs_timer(10.0, 10.0)
+    assert not emission.needs_timer(10.0, 9.5)
+
+
+def test_timers_are_set_early_and_earlier_still_for_long_sleeps() -> None:
+    assert emission.timer_delay(10.002, 10.0) == pytest.approx(0.002 - EARLY_S)
+    assert emission.timer_delay(10.4, 10.0) == pytest.approx(0.4 - EARLY_S - LONG_SLEEP_EARLY_S)
+    assert emission.timer_delay(10.0, 10.0) == 0.0
+    assert emission.timer_delay(9.0, 10.0) == 0.0  # overdue: at once
