@@ -31,7 +31,7 @@ def parser() -> OneLineParser:
     p.description = (
         "Run the proxy for one participant of a blinded study: each unit (participant, "
         "conversation or request) gets its condition's timing; records carry study, "
-        "participant, condition and unit. See the Studies section of the README."
+        "participant, condition and unit. See docs/studies.md."
     )
     p.add_argument("study", metavar="STUDY.yaml", help="the study file")
     p.add_argument("--participant", default="", metavar="ID",
