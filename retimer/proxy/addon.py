@@ -72,7 +72,7 @@ class Retimer:
         self.streams = 0
         self.log: RecordLog | None = None
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
-        self.websockets = WebSocketPacing(self.bridge, self._websocket_turn, self._websocket_done)
+        self.websockets = WebSocketPacing(self.bridge.websockets, self._websocket_turn, self._websocket_done)
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
         self.holding_whole = 0  # non-streaming responses being held right now
 

@@ -1,4 +1,5 @@
-"""The pacing bridge: the only module that touches mitmproxy's private internals.
+"""The pacing bridge: with its WebSocket side (bridge_websocket), the only code that touches
+mitmproxy's private internals.
 
 mitmproxy's public `flow.response.stream` callable runs only when upstream data arrives, so it
 can neither emit on a timer nor split one upstream chunk into several timed writes. For a paced
@@ -7,13 +8,10 @@ stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)`
 `RequestWakeup` we asked for comes back as `Wakeup`, and `ResponseEndOfMessage` is held until
 the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
-which holds the paced streams, the held WebSockets and what they hold.
-
-WebSocket messages are paced with public hooks (dropped in `websocket_message`, re-sent with
-`inject.websocket`); what needs the internals is order: while a paced WebSocket still holds
-messages, the server's later events (more data, its close frame, a reset) wait here, so a
-close can never overtake held messages. `WebsocketLayer.handle_event` is wrapped for that.
-`check_internals()` verifies at start-up that every private name used here still exists.
+which holds the paced streams and what they hold. WebSocket messages are paced with public
+hooks; the server's later events wait behind held messages (`WebSocketOrder`, in
+bridge_websocket, behind a wrapped `WebsocketLayer.handle_event`). `check_internals()` verifies
+at start-up that every private name either module uses still exists.
 
 Faults: a client that goes away ends the stream at once (record `client-gone`; mitmproxy then
 closes the upstream connection, cancelling the request); an upstream that breaks off gets
@@ -39,6 +37,8 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
+from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
+from retimer.proxy.bridge_websocket import WebSocketOrder
 from retimer.timing import emission
 from retimer.timing.pacer import Emission, StreamPacer
 
@@ -90,59 +90,6 @@ class PacedFlow:
     counted: int = 0  # this stream's share of PacingBridge.buffered
 
 
-class CloseFrameScanner:
-    """Finds where the server's close frame starts in its byte stream (frame headers only).
-
-    One read can carry the last messages and the close frame together; the part before the
-    close goes to mitmproxy at once (its messages get held), the close waits its turn.
-    """
-
-    __slots__ = ("_head", "_skip", "seen")
-
-    def __init__(self) -> None:
-        self._head = b""  # a frame header cut by the end of the previous read
-        self._skip = 0  # payload bytes of the current frame still to come
-        self.seen = False
-
-    def close_offset(self, data: bytes) -> int | None:
-        """Offset in `data` where a close frame begins, or None (the scan state advances)."""
-        pos, size = 0, len(data)
-        while pos < size and not self.seen:
-            if self._skip:
-                step = min(self._skip, size - pos)
-                self._skip -= step
-                pos += step
-                continue
-            carried = len(self._head)
-            buf = self._head + data[pos : pos + 14]
-            if len(buf) < 2:
-                self._head = buf
-                return None
-            length = buf[1] & 0x7F
-            need = 2 + {126: 2, 127: 8}.get(length, 0) + (4 if buf[1] & 0x80 else 0)
-            if len(buf) < need:
-                self._head = buf
-                return None
-            if buf[0] & 0x0F == 0x8:
-                self.seen = True
-                return max(0, pos - carried)
-            if length == 126:
-                length = int.from_bytes(buf[2:4], "big")
-            elif length == 127:
-                length = int.from_bytes(buf[2:10], "big")
-            self._head = b""
-            pos += need - carried
-            self._skip = length
-        return None
-
-
-@dataclass(slots=True)
-class HeldWebSocket:
-    holding: Callable[[], bool]  # true while the shell still holds messages to re-send
-    deferred: list[events.Event] = field(default_factory=list)  # server events waiting
-    scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
-
-
 def check_internals() -> None:
     """Fail with one clear line when mitmproxy changed what the bridge wraps."""
     needed = {
@@ -182,7 +129,7 @@ def install() -> PacingBridge:
             yield from bridge.http_event(stream, event)
 
         def handle_websocket(layer: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
-            yield from bridge.websocket_event(layer, event)
+            yield from bridge.websockets.event(layer, event)
 
         HttpStream._handle_event = handle_http  # type: ignore[method-assign]
         WebsocketLayer.handle_event = handle_websocket  # type: ignore[method-assign]
@@ -193,31 +140,23 @@ def install() -> PacingBridge:
 class PacingBridge:
     """The paced HTTP streams and held WebSockets of this process, and what they hold.
 
-    The addons use the public part: `pace` a flow, `hold_websocket`/`release_websocket`,
-    `settings` (the bounds), `drain` and `shutdown_all` (shutdown), and what tests and the
-    soak probe read: `active`, `buffered`, `paced_flows()`, `draining`, `reset()`. mitmproxy
-    calls `http_event` and `websocket_event` through the wrappers `install()` puts in."""
+    The addons use the public part: `pace` a flow, `websockets` (hold a WebSocket's server
+    events), `settings` (the bounds), `drain` and `shutdown_all` (shutdown), and what tests and
+    the soak probe read: `active`, `buffered`, `paced_flows()`, `draining`, `reset()`.
+    mitmproxy calls `http_event` and `websockets.event` through the wrappers of `install()`."""
 
     def __init__(self, original_http: Callable[..., Any], original_websocket: Callable[..., Any]) -> None:
         self.settings = Settings()
         self.draining = False  # shutting down: every stream sends what it holds when it wakes
         self._buffered = 0  # bytes kept by all paced streams
         self._paced: dict[str, PacedFlow] = {}
-        self._held_ws: dict[str, HeldWebSocket] = {}
         self._original_http = original_http
-        self._original_websocket = original_websocket
+        self.websockets = WebSocketOrder(original_websocket)
 
     # -- what the addons, tests and bench use ------------------------------------------------
     def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
         """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
         self._paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
-
-    def hold_websocket(self, flow: http.HTTPFlow, holding: Callable[[], bool]) -> None:
-        """Keep this WebSocket's server events back while `holding()` is true (call at its start)."""
-        self._held_ws[flow.id] = HeldWebSocket(holding)
-
-    def release_websocket(self, flow: http.HTTPFlow) -> None:
-        self._held_ws.pop(flow.id, None)
 
     @property
     def active(self) -> int:
@@ -250,45 +189,7 @@ class PacingBridge:
         self.draining = False
         self._buffered = 0
         self._paced.clear()
-        self._held_ws.clear()
-
-    # -- WebSocket order ----------------------------------------------------------------------
-    def websocket_event(self, layer: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
-        held = self._held_ws.get(layer.flow.id)
-        if held is None:
-            yield from self._original_websocket(layer, event)
-            return
-        from_server = (
-            isinstance(event, events.ConnectionEvent) and event.connection == layer.context.server
-        )
-        if from_server and (held.deferred or held.holding()):
-            held.deferred.append(event)
-            return
-        if from_server:
-            yield from self._deliver(layer, held, event)
-        else:
-            yield from self._original_websocket(layer, event)
-        yield from self._replay(layer, held)
-
-    def _deliver(
-        self, layer: Any, held: HeldWebSocket, event: events.Event
-    ) -> Generator[commands.Command, Any, None]:
-        """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
-        the scanner sees the whole stream: a close frame found in it waits at the head of the
-        deferred events, behind the messages the same read carried (they get held first)."""
-        if isinstance(event, events.DataReceived) and not held.scanner.seen:
-            cut = held.scanner.close_offset(event.data)
-            if cut is not None:
-                held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
-                if not cut:
-                    return
-                event = events.DataReceived(event.connection, event.data[:cut])
-        yield from self._original_websocket(layer, event)
-
-    def _replay(self, layer: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
-        # replay what waited once everything held is out (and no hook reply is pending)
-        while held.deferred and not layer._paused and not held.holding():
-            yield from self._deliver(layer, held, held.deferred.pop(0))
+        self.websockets.clear()
 
     # -- HTTP streams -------------------------------------------------------------------------
     def http_event(self, stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:

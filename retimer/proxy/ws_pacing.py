@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from mitmproxy import ctx, http
 
-from retimer.proxy.bridge import PacingBridge
+from retimer.proxy.bridge_websocket import WebSocketOrder
 from retimer.timing import emission
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.websocket import decode_messages, encode_message
@@ -53,8 +53,8 @@ class PacedWebSocket:
 class WebSocketPacing:
     """The WebSocket side of the addon: one PacedWebSocket per paced connection."""
 
-    def __init__(self, bridge: PacingBridge, new_pacer: NewPacer, on_done: TurnDone) -> None:
-        self._bridge = bridge
+    def __init__(self, order: WebSocketOrder, new_pacer: NewPacer, on_done: TurnDone) -> None:
+        self._order = order  # the bridge's: keeps a socket's server events behind held messages
         self._new_pacer = new_pacer
         self._on_done = on_done
         self.sockets: dict[str, PacedWebSocket] = {}
@@ -64,7 +64,7 @@ class WebSocketPacing:
         ws = PacedWebSocket(flow)
         self.sockets[flow.id] = ws
         self._new_turn(ws, time.monotonic())
-        self._bridge.hold_websocket(flow, ws.holding)
+        self._order.hold(flow, ws.holding)
 
     def message(self, flow: http.HTTPFlow) -> None:
         ws = self.sockets.get(flow.id)
@@ -103,7 +103,7 @@ class WebSocketPacing:
 
     def end(self, flow: http.HTTPFlow, outcome: str | None = None) -> None:
         ws = self.sockets.pop(flow.id, None)
-        self._bridge.release_websocket(flow)
+        self._order.release(flow)
         if ws is None:
             return
         ws.closed = True
