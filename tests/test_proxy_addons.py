@@ -27,3 +27,22 @@ def test_the_retimer_command_and_the_mitmdump_script_load_the_same_addons(tmp_pa
     script = [type(a) for a in script_addons()]
     assert command == script
     assert [c.__name__ for c in script] == ["Retimer", "Safety", "Study", "ResponseCache", "PacServer"]
+
+
+def test_a_flows_request_body_is_parsed_once() -> None:
+    """The study, the cache key, the adapter lookup and the prompt estimate share one parse of a
+    flow's body; a body another addon changed is parsed anew."""
+    from mitmproxy.test import tflow
+
+    from retimer.proxy.flows import request_body
+    from retimer.wire.protocols.base import RequestShape
+
+    flow = tflow.tflow()
+    flow.request.content = b'{"model": "m", "stream": true}'
+    first = request_body(flow)
+    assert request_body(flow) is first and first.model == "m" and first.stream
+    shape = RequestShape.of_body("POST", "h", "/", {}, first)
+    assert shape.parsed_body is first and shape.body == first.raw
+    flow.request.content = b'{"model": "n"}'
+    again = request_body(flow)
+    assert again is not first and again.model == "n"

@@ -21,7 +21,13 @@ from mitmproxy import ctx, exceptions, http
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile, ProfileError, base_profile_name
 from retimer.proxy.bridge import install
-from retimer.proxy.flows import destination_host, is_answer_with_body, is_stream_response, stream_record
+from retimer.proxy.flows import (
+    destination_host,
+    is_answer_with_body,
+    is_stream_response,
+    request_body,
+    stream_record,
+)
 from retimer.proxy.hooks import PROFILE_KEY, STREAM_KEY, RecordHook, StreamDoneHook, StreamStartHook
 from retimer.proxy.ws_pacing import WebSocketPacing
 from retimer.records.writer import RecordLog
@@ -233,13 +239,14 @@ class Retimer:
                 response.stream = True  # a stream is never buffered whole, paced or not
             return
         content_type = response.headers.get("content-type", "")
-        shape = RequestShape(
-            method=request.method,
-            host=destination_host(flow),
-            path=request.path,
-            headers={k.lower(): v for k, v in request.headers.items()},
-            body=request.raw_content or b"",
-        )
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        raw = request.raw_content or b""
+        body = request_body(flow)
+        # adapters see the bytes as sent; they share the flow's one parse when it is of those bytes
+        if body.raw == raw:
+            shape = RequestShape.of_body(request.method, destination_host(flow), request.path, headers, body)
+        else:
+            shape = RequestShape(request.method, destination_host(flow), request.path, headers, raw)
         adapter_cls = find_adapter(shape, content_type)
         adapter: Adapter | None = adapter_cls() if adapter_cls is not None else None
         if adapter is None:
@@ -376,7 +383,7 @@ def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
     """The request's prompt estimate; the cache scope is the host and the path's model part."""
     request = flow.request
     scope = destination_host(flow) + request.path.split("?", 1)[0].split(":", 1)[0]
-    return estimate_prompt(request.get_content(strict=False), scope=scope)
+    return estimate_prompt(request_body(flow), scope=scope)
 
 
 def _collect_if_idle(addon: Retimer) -> None:

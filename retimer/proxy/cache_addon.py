@@ -39,7 +39,7 @@ from mitmproxy import ctx, exceptions, http
 
 from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
-from retimer.proxy.flows import destination_host, destination_url
+from retimer.proxy.flows import destination_host, destination_url, request_body
 from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY
 from retimer.timing.pacer import StreamPacer
 
@@ -218,7 +218,7 @@ class ResponseCache:
         key = cache_key(
             request.method, request.scheme, destination_host(flow), request.port, request.path,
             {k.lower(): v for k, v in request.headers.items()},
-            request.get_content(strict=False) or b"",
+            request_body(flow),
         )
         flow.metadata[CACHE_ENTRY_KEY] = key
         flow.metadata[CACHE_KEY] = "miss"

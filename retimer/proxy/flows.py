@@ -7,6 +7,7 @@ timing figures: never request headers, cookies, bodies or authorization values.
 from __future__ import annotations
 
 import time
+import weakref
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,21 @@ from retimer.proxy.hooks import CACHE_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.media import is_streamed
+from retimer.wire.request import RequestBody
+
+_bodies: weakref.WeakKeyDictionary[http.HTTPFlow, RequestBody] = weakref.WeakKeyDictionary()
+
+
+def request_body(flow: http.HTTPFlow) -> RequestBody:
+    """The request's decoded body, wrapped once per flow, so the study, the cache key, the
+    adapter lookup and the prompt estimate share one JSON parse of it (a new one only when an
+    addon changed the body in between)."""
+    raw = flow.request.get_content(strict=False) or b""
+    body = _bodies.get(flow)
+    if body is None or body.raw != raw:
+        body = RequestBody(raw, flow.request.headers.get("content-type", ""))
+        _bodies[flow] = body
+    return body
 
 
 def destination_host(flow: http.HTTPFlow) -> str:

@@ -25,7 +25,7 @@ from mitmproxy import ctx, exceptions, http
 from retimer.profile.loader import load_profile, read_yaml
 from retimer.profile.model import Profile, ProfileError
 from retimer.proxy.addon import Retimer
-from retimer.proxy.flows import destination_host
+from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
@@ -110,11 +110,11 @@ class Study:
         if PROFILE_KEY in flow.metadata:
             return
         req = flow.request
-        shape = RequestShape(
-            req.method, destination_host(flow), req.path,
-            {k.lower(): v for k, v in req.headers.items()},
-            b"" if req.stream else (req.get_content(strict=False) or b""),
-        )
+        headers = {k.lower(): v for k, v in req.headers.items()}
+        if req.stream:
+            shape = RequestShape(req.method, destination_host(flow), req.path, headers, b"")
+        else:
+            shape = RequestShape.of_body(req.method, destination_host(flow), req.path, headers, request_body(flow))
         websocket = req.headers.get("upgrade", "").lower() == "websocket"
         if is_unit_request(shape, websocket):
             fields = self._unit(flow, design, shape)

@@ -77,6 +77,15 @@ class RequestShape:
         content_type = self.headers.get("content-type", "")
         object.__setattr__(self, "parsed_body", RequestBody(self.body, content_type))
 
+    @classmethod
+    def of_body(
+        cls, method: str, host: str, path: str, headers: Mapping[str, str], body: RequestBody,
+    ) -> RequestShape:
+        """A shape that shares an already wrapped body: the proxy parses a flow's body once."""
+        shape = cls(method, host, path, headers, body.raw)
+        object.__setattr__(shape, "parsed_body", body)
+        return shape
+
 
 class Adapter(ABC):
     """Base class of a protocol adapter; one instance per stream."""
