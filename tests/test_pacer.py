@@ -325,3 +325,61 @@ def test_a_whole_first_event_leaves_when_all_its_tokens_are_decoded(chunk: int) 
     dues = [(e.data, round(e.due, 6)) for e in pacer.pop_all()]
     assert dues == [(f"W:{first}\n".encode(), round(0.5 + (n_first - 1) * 0.1, 6)),
                     (later.encode(), round(0.5 + (n_first - 1 + n_later) * 0.1, 6))]
+
+
+class CountingLineAdapter(LineAdapter):
+    """LineAdapter that counts the events it has parsed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parsed = 0
+
+    def feed(self, data: bytes) -> list[Event]:
+        events = super().feed(data)
+        self.parsed += len(events)
+        return events
+
+
+def test_a_10k_token_burst_is_parsed_as_its_tokens_fall_due() -> None:
+    burst = b"start\n" + b"T: word\n" * 10_000 + b"end\n"
+    adapter = CountingLineAdapter()
+    pacer = StreamPacer(adapter, FixedTiming(0.4, 0.0002), start=0.0)
+    pacer.feed(burst, now=0.01)
+    pacer.finish(now=0.02)
+    assert [e.data for e in pacer.pop_due(pacer.next_due() or 0.0)] == [b"start\n"]
+    first = pacer.next_due()
+    assert first == pytest.approx(0.4)
+    assert [e.tokens for e in pacer.pop_due(first)] == [1]
+    assert adapter.parsed < 1_000  # the rest of the burst waits until its tokens are due
+    assert pacer.holding and not pacer.done
+    pacer.pop_due(first + 0.1)  # 500 more tokens due
+    assert 500 < adapter.parsed < 2_000
+
+
+@given(
+    n=st.integers(1, 3000),
+    chunk=st.integers(1, 5),
+    cuts=st.lists(st.integers(0, 40_000), max_size=4),
+    step=st.floats(0.0005, 0.05),
+)
+@settings(max_examples=40, deadline=None)
+def test_parsing_as_due_gives_the_schedule_of_parsing_at_once(
+    n: int, chunk: int, cuts: list[int], step: float
+) -> None:
+    body = b"".join(b"T: w%d\n" % i if i % 7 else b"note\n" for i in range(n))
+    bounds = sorted({0, len(body), *(c for c in cuts if c < len(body))})
+
+    def fed() -> StreamPacer:
+        pacer = StreamPacer(LineAdapter(), FixedTiming(0.05, 0.001, chunk), start=0.0)
+        for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
+            pacer.feed(body[a:b], now=0.001 * i)
+        pacer.finish(now=0.01)
+        return pacer
+
+    at_once = [(e.due, e.data, e.tokens) for e in fed().pop_all()]
+    lazy, pacer, now = [], fed(), 0.0
+    while not pacer.done:
+        now += step
+        lazy += [(e.due, e.data, e.tokens) for e in pacer.pop_due(now)]
+    assert lazy == at_once
+    assert text_of(b"".join(d for _, d, _ in lazy)) == text_of(body)

@@ -103,6 +103,11 @@ class Outbox:
             e.due = min(e.due, now)
         self.last_due = min(self.last_due, now)
 
+    @property
+    def horizon(self) -> float:
+        """How far the schedule reaches: the latest due time queued or in the open event."""
+        return max(self.last_due, self._open_due) if self._open else self.last_due
+
     def next_due(self) -> float | None:
         """When the first emission is due: the queue's head, else the open event's last token."""
         if self._queue:

@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 from enum import StrEnum
 
+from retimer.timing.backlog import Backlog
 from retimer.timing.metrics import StreamStats
 from retimer.timing.outbox import Emission, Outbox
 from retimer.timing.scheduler import PassthroughScheduler, Scheduler, TokenClock
@@ -71,7 +72,8 @@ class StreamPacer:
         self.failure: str | None = None
         self.broken: str | None = None  # why the body cannot be decoded (BROKEN)
         self.captured: bytearray | None = None  # set to a bytearray to keep the decoded body
-        self._unparsed = bytearray()  # bytes fed to the adapter that no event has covered yet
+        self._unparsed = bytearray()  # bytes received that no event has covered yet
+        self._backlog = Backlog()  # received bytes not yet given to the adapter (parsed as due)
         self.timing = timing
         self.passthrough = passthrough
         self.scheduler: Scheduler = (
@@ -131,16 +133,33 @@ class StreamPacer:
     def _parse(self, data: bytes, now: float) -> None:
         if self.state is PacerState.PACING:
             self._unparsed += data
-            self._read(lambda: self._feed_adapter(data, now), now)
+            self._backlog.push(data, now)
+            self._pump(now)
         else:
             self._outbox.push(Emission(now, data, 0, None))
 
-    def _read(self, step: Callable[[], None], now: float) -> None:
+    def _pump(self, until: float, *, queued: bool = False) -> None:
+        """Parse the backlog as far as the schedule needs: until everything due by `until` is
+        scheduled (and, with `queued`, at least one emission is queued); then, once the
+        backlog is empty after the upstream ended, the adapter's end."""
+        backlog, outbox = self._backlog, self._outbox
+        while backlog and self.state is PacerState.PACING and (
+            outbox.horizon <= until or (queued and not outbox.pending)
+        ):
+            data, arrival = backlog.take()
+            self._read(self._feed_adapter, arrival, data, arrival)
+        if not backlog and backlog.end_at is not None:
+            end, backlog.end_at = backlog.end_at, None
+            if self.state is PacerState.PACING:
+                self._read(lambda: self._end_adapter(end), end)
+            self._close_open()
+
+    def _read(self, step: Callable[..., None], now: float, *args: object) -> None:
         """Run `step`, which calls the adapter. If the adapter fails, parsing stops and the
         client gets the bytes unchanged; a failure that is not the expected kind is a bug,
         logged with its traceback."""
         try:
-            step()
+            step(*args)
         except EXPECTED_ADAPTER_ERRORS as e:
             self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
         except Exception as e:
@@ -171,9 +190,8 @@ class StreamPacer:
         if self._lead:  # a body shorter than a BOM
             self._parse(self._settle_lead(b"", now, final=True), now)
         self._ended = True
-        if self.state is PacerState.PACING:
-            self._read(lambda: self._end_adapter(now), now)
-        self._close_open()
+        self._backlog.end_at = now
+        self._pump(now)
 
     def _stop_parsing(self, state: PacerState, reason: str, now: float) -> None:
         """Parsing stops (the adapter failed, or a cap was reached): what is queued goes first,
@@ -182,6 +200,7 @@ class StreamPacer:
             self.state = state
         self.failure = reason
         self._held = None  # held events' bytes are still in _unparsed: they go out below
+        self._backlog.clear()  # its bytes too
         self._close_open()
         if self._unparsed:
             self._outbox.push(Emission(now, bytes(self._unparsed), 0, None))
@@ -206,6 +225,7 @@ class StreamPacer:
             if self._lead:
                 self._parse(self._settle_lead(b"", now, final=True), now)
             self._ended = True
+            self._pump(float("inf"))
             if self._held is not None:
                 self._read(lambda: self._schedule_held(now), now)
             self._close_open()
@@ -217,6 +237,7 @@ class StreamPacer:
     def flush(self, now: float) -> list[Emission]:
         """Everything scheduled or held, now (the proxy is shutting down); a partial event
         stays until it completes. Later events are scheduled as they come: call again."""
+        self._pump(float("inf"))
         if self._held is not None:
             self._read(lambda: self._schedule_held(now), now)
         return self.pop_all()
@@ -249,6 +270,7 @@ class StreamPacer:
             return [Emission(now, data, 0, None)]
         if not release_early:
             return []
+        self._pump(float("-inf"), queued=True)
         if not self._outbox.pending:
             self._close_open()
         e = self._outbox.pop_next()
@@ -264,19 +286,23 @@ class StreamPacer:
 
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
+        self._pump(float("-inf"), queued=True)
         return self._outbox.next_due()
 
     def pop_due(self, until: float) -> list[Emission]:
         """Every emission due at or before `until`, in order.
 
         A network event still waiting for tokens to fill it goes out when its last token is
-        due: chunking groups tokens, it never holds them back.
+        due: chunking groups tokens, it never holds them back. The backlog is parsed as far
+        as `until` needs.
         """
+        self._pump(until)
         if self._outbox.due_by(until):
             self._close_open()
         return self._outbox.pop_due(until)
 
     def pop_all(self) -> list[Emission]:
+        self._pump(float("inf"))
         self._close_open()
         return self._outbox.pop_all()
 
@@ -294,12 +320,18 @@ class StreamPacer:
     @property
     def done(self) -> bool:
         """The upstream has ended and nothing is left to send."""
-        return self._ended and not self._outbox.pending
+        return self._ended and not self._backlog and self._backlog.end_at is None \
+            and not self._outbox.pending
 
     @property
     def pending(self) -> int:
         """Emissions scheduled and not yet popped (the open network event not counted)."""
         return self._outbox.pending
+
+    @property
+    def backlog(self) -> bool:
+        """Bytes have arrived that the adapter has not parsed yet (they are parsed as due)."""
+        return bool(self._backlog)
 
     @property
     def open_pieces(self) -> int:
