@@ -9,7 +9,6 @@ features keep working, and everything else is left to mitmproxy.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import secrets
 import time
@@ -28,6 +27,7 @@ from retimer.proxy.flows import (
     request_body,
     stream_record,
 )
+from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import PROFILE_KEY, STREAM_KEY, RecordHook, StreamDoneHook, StreamStartHook
 from retimer.proxy.ws_pacing import WebSocketPacing
 from retimer.records.writer import RecordLog
@@ -44,9 +44,6 @@ from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
 
 logger = logging.getLogger("retimer")
-
-
-IDLE_GC_AFTER_S = 0.2
 
 
 def build_profile(
@@ -81,6 +78,7 @@ class Retimer:
         self.websockets = WebSocketPacing(self.bridge.websockets, self._websocket_turn, self._websocket_done)
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
         self.holding_whole = 0  # non-streaming responses being held right now
+        self.full_passes = FullPasses()  # full GC passes run only while nothing plays
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -152,10 +150,9 @@ class Retimer:
                     ) from None
 
     def running(self) -> None:
-        # Everything loaded so far lives for the whole run: keep it out of GC passes, whose
-        # full collections otherwise pause emission for tens of milliseconds.
-        gc.collect()
-        gc.freeze()
+        # Everything loaded so far lives for the whole run: keep it out of GC passes, and make
+        # full passes only while nothing plays (they pause emission for tens of milliseconds).
+        self.full_passes.start()
 
     def done(self) -> None:
         # streams still in flight when the proxy stops get their record too (outcome shutdown)
@@ -356,12 +353,14 @@ class Retimer:
         self._write(record)
         if not self.active and not self.websockets.sockets:
             self._collect_when_idle()
+        elif self.full_passes.overdue(end):
+            self.full_passes.collect()  # never idle for long: garbage must not grow for ever
 
     def _collect_when_idle(self) -> None:
         """Run the full GC pass while no stream is in flight (checked again after a short
         quiet spell, so back-to-back requests are not delayed) rather than mid-stream later."""
         try:
-            asyncio.get_running_loop().call_later(IDLE_GC_AFTER_S, _collect_if_idle, self)
+            asyncio.get_running_loop().call_later(IDLE_AFTER_S, _collect_if_idle, self)
         except RuntimeError:  # no loop (unit tests call hooks directly)
             pass
 
@@ -389,7 +388,7 @@ def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
 def _collect_if_idle(addon: Retimer) -> None:
     if addon.active or addon.websockets.sockets or addon.bridge.active:
         return
-    if time.monotonic() - addon.last_request < IDLE_GC_AFTER_S:
+    if time.monotonic() - addon.last_request < IDLE_AFTER_S:
         return
-    gc.collect()
+    addon.full_passes.collect()
 
