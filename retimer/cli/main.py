@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> None:
 
         study_cmd.main(argv[1:])
         return
+    if argv and argv[0] == "demo":
+        from retimer.cli import demo_cmd
+
+        demo_cmd.main(argv[1:])
+        return
     if argv and argv[0] == "export":
         from retimer.cli import export
 

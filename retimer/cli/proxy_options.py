@@ -26,7 +26,7 @@ def proxy_parser() -> OneLineParser:
     p = OneLineParser(
         prog="retimer",
         description="Re-time real LLM streams to a target speed profile. "
-        "Subcommands: browser, run, env, ca, study, export, fit, report, profiles "
+        "Subcommands: browser, run, env, ca, study, demo, export, fit, report, profiles "
         "(`retimer SUBCOMMAND --help`).",
     )
     p.add_argument("--version", action="version", version=f"retimer {__version__}")

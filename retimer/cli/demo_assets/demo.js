@@ -1,0 +1,282 @@
+// retimer demo page: plays one stream per pane through the proxy and draws what arrives, when it
+// arrives. No timing happens here: the proxy paces every stream; the page only measures.
+"use strict";
+(function () {
+  const grid = document.getElementById("grid");
+  const playButton = document.getElementById("play");
+  let config = null;
+  let tokenRe = null;
+  const panes = [];
+
+  // -- tokens: retimer's own splitter (retimer.wire.tokenizer), translated by the server --------
+  function countTokens(text) {
+    tokenRe.lastIndex = 0;
+    let n = 0;
+    while (tokenRe.exec(text) !== null) n++;
+    return n;
+  }
+
+  // -- safe rendering: model text is never trusted as HTML ----------------------------------------
+  function escapeHtml(s) {
+    return String(s).replace(/[&<>"']/g, c => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  }
+  function highlighted(code, lang) {
+    const name = (lang || "").trim().split(/\s+/)[0].toLowerCase();
+    if (name && window.hljs && hljs.getLanguage(name)) {
+      try { return hljs.highlight(code, { language: name, ignoreIllegals: true }).value; } catch (e) { /* plain */ }
+    }
+    return escapeHtml(code);
+  }
+  const md = new marked.Marked({ gfm: true, breaks: false });
+  md.use({
+    renderer: {
+      html(token) { return escapeHtml(token.text); },  // raw HTML from the model shows as text
+      code(token) {
+        const lang = escapeHtml((token.lang || "").split(/\s+/)[0]);
+        return `<pre><code class="hljs${lang ? " language-" + lang : ""}">${highlighted(token.text, token.lang)}</code></pre>\n`;
+      },
+      link(token) {
+        const inner = this.parser.parseInline(token.tokens);
+        if (!/^(https?:|mailto:|#)/i.test(token.href || "")) return inner;
+        return `<a href="${escapeHtml(token.href)}" rel="noopener noreferrer" target="_blank">${inner}</a>`;
+      },
+      image(token) { return `<span class="img-alt">[image: ${escapeHtml(token.text || token.href)}]</span>`; },
+    },
+  });
+  function renderBlock(block) {
+    if (block.kind === "reasoning") return md.parse(block.text);
+    if (block.kind === "tool") {
+      let body = block.text;
+      try { body = JSON.stringify(JSON.parse(block.text), null, 2); } catch (e) { /* still streaming */ }
+      return `<div class="tool-name">tool call &middot; ${escapeHtml(block.name || "tool")}</div>` +
+             `<pre><code class="hljs language-json">${highlighted(body, "json")}</code></pre>`;
+    }
+    return md.parse(block.text);
+  }
+
+  // -- formatting ---------------------------------------------------------------------------------
+  const ms = v => v == null ? "–" : v < 1000 ? `${Math.round(v)} ms` : `${(v / 1000).toFixed(2)} s`;
+  const rate = v => v == null || !isFinite(v) ? "–" : v >= 100 ? `${Math.round(v)}` : v.toFixed(1);
+
+  // -- one pane -----------------------------------------------------------------------------------
+  class Pane {
+    constructor(index, info) {
+      this.index = index;
+      this.info = info;
+      const node = document.getElementById("pane-template").content.firstElementChild.cloneNode(true);
+      node.dataset.profile = info.profile;
+      node.dataset.pane = String(index);
+      node.querySelector(".pane-title").textContent = info.spec;
+      node.querySelector(".pane-profile").textContent =
+        `${info.profile} · TTFT p50 ${ms(info.ttft_p50_ms)} · ${rate(info.tps)} tok/s`;
+      node.querySelector(".replay").addEventListener("click", () => playRun([this]));
+      this.node = node;
+      this.el = sel => node.querySelector(sel);
+      grid.appendChild(node);
+      this.generation = 0;
+    }
+
+    reset() {
+      for (const key of ["ttftMs", "tokens", "tps", "elapsedMs", "targetTtftMs", "targetTps", "emittedTps"]) delete this.node.dataset[key];
+      this.blocks = [];
+      this.tokensLive = 0;
+      this.t0 = null; this.first = null; this.last = null; this.done = false;
+      this.node.dataset.state = "waiting";
+      this.el(".bubble").innerHTML = '<p class="waiting">Waiting for the first token</p>';
+      this.el(".raw").textContent = "";
+      this.el(".proxy-note").textContent = "";
+      for (const s of [".s-ttft", ".s-tps", ".s-elapsed", ".s-tokens"]) this.el(s).textContent = "–";
+      this.el(".progress .bar").style.width = "0%";
+      this.rendered = [];
+    }
+
+    async play(run) {
+      const generation = ++this.generation;
+      this.reset();
+      this.run = run;
+      this.node.dataset.run = run;
+      this.t0 = performance.now();
+      let response;
+      try {
+        response = await fetch("/v1/messages", {
+          method: "POST", cache: "no-store",
+          headers: { "content-type": "application/json", "anthropic-version": "2023-06-01",
+                     "x-retimer-demo-pane": String(this.index), "x-retimer-demo-run": run },
+          body: JSON.stringify({ model: "retimer-demo", max_tokens: 8192, stream: true,
+                                 messages: [{ role: "user", content: "Show the demo response." }] }),
+        });
+        if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          const now = performance.now();
+          if (generation !== this.generation) { reader.cancel(); return; }
+          if (done) break;
+          buffer += decoder.decode(value, { stream: true });
+          const cut = buffer.lastIndexOf("\n\n");
+          if (cut < 0) continue;
+          const events = buffer.slice(0, cut);
+          buffer = buffer.slice(cut + 2);
+          if (this.feed(events)) {
+            if (this.first === null) { this.first = now; this.node.dataset.state = "streaming"; }
+            this.last = now;
+            scheduleDraw();
+          }
+        }
+        buffer += decoder.decode();
+        if (buffer.trim() && this.feed(buffer)) { this.last = performance.now(); }
+        this.finish();
+      } catch (e) {
+        if (generation !== this.generation) return;
+        this.node.dataset.state = "error";
+        this.el(".proxy-note").textContent = `stream failed: ${e.message}`;
+      }
+    }
+
+    // SSE events (Anthropic Messages) -> blocks; true when a token arrived
+    feed(text) {
+      let tokens = false;
+      for (const raw of text.split(/\r?\n\r?\n/)) {
+        const data = raw.split(/\r?\n/).filter(l => l.startsWith("data:")).map(l => l.slice(5).trimStart()).join("\n");
+        if (!data) continue;
+        let ev;
+        try { ev = JSON.parse(data); } catch (e) { continue; }
+        if (ev.type === "content_block_start") {
+          const cb = ev.content_block || {};
+          const kind = cb.type === "thinking" ? "reasoning" : cb.type === "tool_use" ? "tool" : "text";
+          this.blocks[ev.index] = { kind, name: cb.name || "", text: "" };
+        } else if (ev.type === "content_block_delta") {
+          const d = ev.delta || {};
+          const piece = d.type === "text_delta" ? d.text : d.type === "thinking_delta" ? d.thinking
+                      : d.type === "input_json_delta" ? d.partial_json : null;
+          if (typeof piece !== "string" || !piece) continue;
+          const block = this.blocks[ev.index] || (this.blocks[ev.index] = { kind: "text", name: "", text: "" });
+          block.text += piece;
+          this.tokensLive += countTokens(piece);
+          tokens = true;
+        }
+      }
+      return tokens;
+    }
+
+    finish() {
+      this.done = true;
+      const blocks = this.blocks.filter(Boolean);
+      // tokens counted on each whole block, with the proxy's rule; rate as retimer's records
+      const n = blocks.reduce((sum, b) => sum + countTokens(b.text), 0);
+      const ttft = this.first === null ? null : this.first - this.t0;
+      const span = this.first === null ? 0 : (this.last - this.first) / 1000;
+      const tps = n > 1 && span > 0 ? (n - 1) / span : null;
+      this.el(".raw").textContent = JSON.stringify(blocks.map(b => ({ kind: b.kind, text: b.text })));
+      this.tokensLive = n;
+      this.draw(true);
+      this.el(".s-ttft").textContent = ms(ttft);
+      this.el(".s-tps").textContent = rate(tps);
+      this.el(".s-elapsed").textContent = ms(this.last === null ? null : this.last - this.t0);
+      this.node.dataset.state = "done";
+      this.node.dataset.tokens = String(n);
+      this.node.dataset.elapsedMs = this.last === null ? "" : (this.last - this.t0).toFixed(1);
+      this.node.dataset.tps = tps === null ? "" : tps.toFixed(3);
+      this.node.dataset.ttftMs = ttft === null ? "" : ttft.toFixed(1);  // last: it says "finished"
+    }
+
+    draw(final) {
+      if (!this.blocks) return;
+      const now = performance.now();
+      if (this.t0 !== null && !this.done) {
+        this.el(".s-elapsed").textContent = ms(now - this.t0);
+        if (this.first !== null) {
+          this.el(".s-ttft").textContent = ms(this.first - this.t0);
+          const span = (this.last - this.first) / 1000;
+          if (span > 0.05) this.el(".s-tps").textContent = rate((this.tokensLive - 1) / span);
+        }
+      }
+      this.el(".s-tokens").textContent = this.t0 === null ? "–" : String(this.tokensLive);
+      const total = config.source.tokens || 1;
+      this.el(".progress .bar").style.width = `${Math.min(100, 100 * this.tokensLive / total).toFixed(1)}%`;
+      const blocks = this.blocks.filter(Boolean);
+      if (!blocks.length) return;
+      const chat = this.el(".chat");
+      const stick = chat.scrollTop + chat.clientHeight >= chat.scrollHeight - 40;
+      const bubble = this.el(".bubble");
+      if (!this.rendered.length) bubble.innerHTML = "";
+      blocks.forEach((block, i) => {
+        let r = this.rendered[i];
+        if (!r) {
+          const div = document.createElement("div");
+          div.className = `block ${block.kind}`;
+          bubble.appendChild(div);
+          r = this.rendered[i] = { div, length: -1 };
+        }
+        if (r.length !== block.text.length || final) {
+          r.div.innerHTML = renderBlock(block);
+          r.length = block.text.length;
+        }
+      });
+      if (stick) chat.scrollTop = chat.scrollHeight;
+    }
+
+    showRecord(record) {
+      if (!record) return;
+      const target = record.target || {}, emitted = record.emitted || {};
+      this.node.dataset.targetTtftMs = String(target.ttft_ms);
+      this.node.dataset.targetTps = String(target.tps);
+      this.node.dataset.emittedTps = String(emitted.tps);
+      this.el(".proxy-note").textContent =
+        `proxy: drew TTFT ${ms(target.ttft_ms)}, emitted ${rate(emitted.tps)} tok/s ` +
+        `(profile ${rate(target.tps)} tok/s), ${emitted.tokens} tokens`;
+    }
+  }
+
+  // -- drawing and runs ---------------------------------------------------------------------------
+  let drawPending = false;
+  function scheduleDraw() {
+    if (drawPending) return;
+    drawPending = true;
+    const go = () => { drawPending = false; for (const p of panes) if (!p.done) p.draw(false); };
+    if (document.hidden) setTimeout(go, 50); else requestAnimationFrame(go);
+  }
+  setInterval(() => { if (panes.some(p => p.t0 !== null && !p.done)) scheduleDraw(); }, 100);
+
+  async function fetchRecords(run, wanted) {
+    for (let i = 0; i < 20; i++) {
+      const res = await fetch(`/demo/records?run=${encodeURIComponent(run)}`, { cache: "no-store" });
+      const records = await res.json();
+      if (records.length >= wanted) return records;
+      await new Promise(r => setTimeout(r, 150));
+    }
+    return [];
+  }
+
+  let runs = 0;
+  async function playRun(list) {
+    const run = `${Date.now().toString(36)}-${++runs}`;
+    await Promise.all(list.map(p => p.play(run)));
+    const records = await fetchRecords(run, list.length);
+    for (const r of records) { const p = panes[r.demo_pane]; if (p && p.run === run) p.showRecord(r); }
+    if (list.length === panes.length) document.body.dataset.played = String(runs);
+  }
+
+  async function start() {
+    config = await (await fetch("/demo/config.json", { cache: "no-store" })).json();
+    tokenRe = new RegExp(config.token_pattern, "gu");
+    window.retimerDemo = { countTokens, config, panes };
+    document.getElementById("source").textContent =
+      `Playing: ${config.source.label} · ${config.source.tokens} tokens`;
+    config.panes.forEach((info, i) => panes.push(new Pane(i, info)));
+    playButton.addEventListener("click", () => {
+      playButton.textContent = "↻ Replay all";
+      playRun(panes);
+    });
+    // one warm keep-alive connection per pane, so no pane's request waits for a new one
+    await Promise.all(panes.map(() => fetch("/demo/records?run=", { cache: "no-store" }).then(r => r.json())));
+    document.body.dataset.ready = "1";
+    if (new URLSearchParams(location.search).get("autoplay") === "1") {
+      playButton.textContent = "↻ Replay all";
+      playRun(panes);
+    }
+  }
+  start();
+})();

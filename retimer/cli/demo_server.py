@@ -1,0 +1,163 @@
+"""`retimer demo`'s content server: HTTP/1.1 (h11 on asyncio) on 127.0.0.1, behind the proxy in
+reverse mode. It serves the page, its scripts and styles (all shipped with retimer: the page
+fetches nothing from the network), the page's configuration, the demo's records, and the source
+response as an Anthropic Messages stream sent at once, as a fast upstream would: the proxy in
+front of it does all the timing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import h11
+
+from retimer.cli.demo_source import ASSETS
+
+# the page, scripts and styles the server may send, with their media types
+STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "demo.js": "text/javascript; charset=utf-8",
+    "demo.css": "text/css; charset=utf-8",
+    "marked.umd.js": "text/javascript; charset=utf-8",
+    "highlight.min.js": "text/javascript; charset=utf-8",
+    "github.min.css": "text/css; charset=utf-8",
+    "github-dark.min.css": "text/css; charset=utf-8",
+}
+STREAM_PATH = "/v1/messages"
+WARMUP_QUERY = "warmup=1"  # a short stream the demo sends itself before the page opens
+WARMUP_BODY_TEXT = "Ready."
+BATCH_EVENTS = 24  # SSE events per write: the proxy reads a fast upstream, not one huge write
+SECURITY_HEADERS = [
+    ("cache-control", "no-store"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    # nothing from elsewhere: no fetch, image, font or script from the network
+    ("content-security-policy", "default-src 'none'; script-src 'self'; style-src 'self'; "
+     "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'"),
+]
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = "application/json"
+
+
+class DemoServer:
+    """Answers the page's requests; `stream_body` is the SSE body every pane's request gets
+    and `records(run)` the demo addon's records of one run."""
+
+    def __init__(self, config: dict[str, Any], stream_body: bytes, warmup_body: bytes,
+                 records: Callable[[str], list[dict[str, Any]]]) -> None:
+        self.config = json.dumps(config, ensure_ascii=False).encode()
+        self.stream_body = stream_body
+        self.warmup_body = warmup_body
+        self.records = records
+        self.port = 0
+        self.streams = 0  # stream requests answered
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    def answer(self, method: str, target: str) -> Response:
+        """The response to one request (the stream included: sent whole, the proxy times it)."""
+        parts = urlsplit(target)
+        path = parts.path
+        if method == "POST" and path == STREAM_PATH:
+            if parts.query == WARMUP_QUERY:
+                return Response(200, self.warmup_body, "text/event-stream; charset=utf-8")
+            self.streams += 1
+            return Response(200, self.stream_body, "text/event-stream; charset=utf-8")
+        if method not in ("GET", "HEAD"):
+            return Response(405, b'{"error": "method not allowed"}')
+        if path in ("/", "/index.html"):
+            return _static("index.html")
+        if path.startswith("/demo/assets/") and path.removeprefix("/demo/assets/") in STATIC:
+            return _static(path.removeprefix("/demo/assets/"))
+        if path == "/demo/config.json":
+            return Response(200, self.config)
+        if path == "/demo/records":
+            run = parse_qs(parts.query).get("run", [""])[0]
+            return Response(200, json.dumps(self.records(run)).encode())
+        if path == "/favicon.ico":
+            return Response(204, b"", "image/x-icon")
+        return Response(404, b'{"error": "not found"}')
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                request = await _read_request(conn, reader)
+                if request is None:
+                    return
+                method, target = request
+                answer = self.answer(method, target)
+                headers = [("content-type", answer.content_type), *SECURITY_HEADERS]
+                if answer.content_type.startswith("text/event-stream"):
+                    headers.append(("transfer-encoding", "chunked"))
+                else:
+                    headers.append(("content-length", str(len(answer.body))))
+                writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
+                if answer.body and method != "HEAD" and answer.status != 204:
+                    for piece in _batches(answer):
+                        writer.write(conn.send(h11.Data(data=piece)) or b"")
+                        await writer.drain()
+                        await asyncio.sleep(0.0005)  # a fast upstream, and the proxy's loop stays free
+                writer.write(conn.send(h11.EndOfMessage()) or b"")
+                await writer.drain()
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    return
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError):
+            writer.transport.abort()
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+def _batches(answer: Response) -> list[bytes]:
+    """A stream in writes of a few events each; anything else in one write."""
+    if not answer.content_type.startswith("text/event-stream"):
+        return [answer.body]
+    events = answer.body.split(b"\n\n")
+    out = [b"\n\n".join(events[i:i + BATCH_EVENTS]) + b"\n\n" for i in range(0, len(events), BATCH_EVENTS)]
+    out[-1] = out[-1][:-2]  # the body's own end, as it was
+    return [piece for piece in out if piece]
+
+
+def _static(name: str) -> Response:
+    return Response(200, (ASSETS / name).read_bytes(), STATIC[name])
+
+
+async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[str, str] | None:
+    """Read one whole request (its body is not needed); (method, target), or None when the
+    peer is gone."""
+    head: tuple[str, str] | None = None
+    while True:
+        event = conn.next_event()
+        if event is h11.NEED_DATA:
+            conn.receive_data(await reader.read(65536))
+        elif isinstance(event, h11.Request):
+            head = (event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"))
+        elif isinstance(event, h11.EndOfMessage):
+            return head
+        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+            return None

@@ -1,0 +1,196 @@
+"""`retimer demo` in real headless Chromium and Firefox: the command as a user runs it, the page
+opened with ?autoplay=1, and every pane checked against the record of its own stream (the TTFT
+the proxy drew for it, its profile's rate) and the source text. The page's token counter (the
+proxy's splitter translated to JavaScript) is checked against the proxy's on tricky strings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retimer.cli.demo_source import builtin, from_capture
+from retimer.wire.tokenizer import count_tokens
+from tests.bidi import Firefox
+from tests.demo_page import ALL_DONE_JS, PANES_JS, REPO, DemoCommand, check_panes
+
+FIXTURES = REPO / "tests" / "fixtures" / "streams"
+SHORT_MD = """# Crossing a street, as code
+
+Look **both** ways, then *cross*. A table:
+
+| step | what |
+|---|---|
+| 1 | stop at the curb |
+| 2 | look left, right, left |
+
+```python
+def cross(street: str) -> bool:
+    \"\"\"Cross when clear.\"\"\"
+    return all(look(side) for side in ("left", "right", "left"))
+```
+
+<script>alert("not run")</script> stays text, and so does <b>this</b>.
+Numbers 1234567, don't split "café" or 東京 or 👍🏽 oddly.
+"""
+
+TRICKY = [
+    "", " ", "  \n\n  x", "don't won’t we'LL", "12345678 3.14159", "東京タワー한국어", "👨‍👩‍👧 👍🏽 🇫🇷",
+    "supercalifragilisticexpialidocious", "e\u0301t\u00e9 na\u0308ive", "tab\there\u00a0nbsp\u2003em",
+    "\x1c\x1d\x1e\x1f seps", "\ufeffbom", "٣٤٥ ١٢ ۱۲", "ｆｕｌｌｗｉｄｔｈ", "a\r\nb\rc", "--->>> ...!!! ??",
+    "snake_case camelCaseWord HTTPServer", "\U0001d400\U0001d401 math", "ﷺ ǅ ʰ",
+]
+
+
+def fixture_texts() -> list[str]:
+    """Every text the proxy reads from a few fixture streams, and the built-in capture's."""
+    texts = [b.text for b in builtin().blocks]
+    for rel, protocol in [("anthropic/llm-anthropic-haiku45-thinking.sse", "anthropic-messages"),
+                          ("openai-responses/reasoning-summary-code-interpreter.sse", "openai-responses"),
+                          ("mistral/mistral-magistral-thinking-chunks.sse", "openai-chat")]:
+        texts += [b.text for b in from_capture(protocol, (FIXTURES / rel).read_bytes(), rel).blocks]
+    return texts
+
+
+def token_cases() -> list[str]:
+    return [*TRICKY, *fixture_texts(), (REPO / "README.md").read_text(encoding="utf-8")]
+
+
+def source_of(path: Path) -> list[dict[str, str]]:
+    return [{"kind": "text", "text": path.read_text(encoding="utf-8")}]
+
+
+@pytest.fixture
+def short_md(tmp_path: Path) -> Path:
+    path = tmp_path / "short.md"
+    path.write_text(SHORT_MD, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def wait_all_done(page: Any, timeout_s: float) -> None:
+    """Poll the page (its CSP forbids the eval that wait_for_function needs)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(ALL_DONE_JS):
+        assert time.monotonic() < deadline, "the panes did not finish"
+        time.sleep(0.1)
+
+
+def chromium_run(browser: Any, url: str, timeout_s: float) -> tuple[list[dict[str, Any]], Any]:
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(url + "?autoplay=1")
+    wait_all_done(page, timeout_s)
+    panes = page.evaluate(PANES_JS)
+    assert not errors, errors
+    return panes, page
+
+
+def test_chromium_builtin_capture_plays_at_each_profile(chromium: Any):
+    """No --text, no --cache: the capture shipped with retimer (reasoning, then the answer) in
+    three panes; each pane's TTFT and rate as its stream's record and profile say."""
+    profiles = ["cerebras", "gpt-5", "o3"]
+    with DemoCommand("--profiles", ",".join(profiles), "--seed", "11") as demo:
+        panes, page = chromium_run(chromium, demo.url, 60)
+        check_panes(demo, panes, profiles, builtin().as_json())
+        assert [b["kind"] for b in panes[0]["raw"]] == ["reasoning", "text"]
+        style = page.evaluate("(() => { const s = getComputedStyle(document.querySelector('.block.reasoning'));"
+                              " return [s.fontStyle, s.color, getComputedStyle(document.querySelector("
+                              "'.block.text')).color]; })()")
+        assert style[0] == "italic" and style[1] != style[2]  # reasoning dimmed and italic
+        cases = token_cases()
+        counts = page.evaluate("texts => texts.map(t => window.retimerDemo.countTokens(t))", cases)
+        assert counts == [count_tokens(t) for t in cases]
+        page.close()
+
+
+def test_chromium_renders_markdown_and_code_safely(chromium: Any, short_md: Path):
+    profiles = ["gpt-5-mini", "haiku"]
+    with DemoCommand("--profiles", ",".join(profiles), "--text", str(short_md), "--seed", "4") as demo:
+        panes, page = chromium_run(chromium, demo.url, 60)
+        check_panes(demo, panes, profiles, source_of(short_md))
+        for pane in panes:  # a chat UI's rendering: markdown, a highlighted code block
+            html = pane["html"]
+            assert "<table>" in html and "<strong>both</strong>" in html and "hljs-keyword" in html
+            # the model's HTML shows as text: nothing it sends becomes markup
+            assert "&lt;script&gt;" in html and "<script" not in html and "<b>" not in html
+        page.close()
+
+
+def test_chromium_headline_command(chromium: Any):
+    """The issue's own command: `retimer demo --profiles cerebras,gpt-5,o3 --text README.md`
+    (o3 reads the README for about 80 s)."""
+    profiles = ["cerebras", "gpt-5", "o3"]
+    readme = REPO / "README.md"
+    with DemoCommand("--profiles", ",".join(profiles), "--text", "README.md", "--seed", "5") as demo:
+        panes, page = chromium_run(chromium, demo.url, 240)
+        check_panes(demo, panes, profiles, source_of(readme))
+        page.close()
+
+
+def firefox_profile(root: Path) -> Path:
+    """A throwaway Firefox profile: no background traffic, full timer precision."""
+    profile = root / "profile"
+    profile.mkdir()
+    prefs = {"privacy.reduceTimerPrecision": False, "network.captive-portal-service.enabled": False,
+             "network.connectivity-service.enabled": False, "app.update.enabled": False,
+             "toolkit.telemetry.enabled": False, "datareporting.policy.dataSubmissionEnabled": False,
+             "browser.shell.checkDefaultBrowser": False, "network.proxy.type": 0}
+    (profile / "user.js").write_text("".join(f'user_pref("{k}", {json.dumps(v)});\n' for k, v in prefs.items()))
+    return profile
+
+
+def test_firefox_builtin_capture_plays_at_each_profile():
+    exe = shutil.which("firefox-esr") or shutil.which("firefox")
+    assert exe, "firefox-esr is needed (see docs: the tests drive real browsers)"
+    profiles = ["cerebras", "gpt-5", "o3"]
+    root = Path(tempfile.mkdtemp(prefix="retimer-demo-ff-"))
+    try:
+        with DemoCommand("--profiles", ",".join(profiles), "--seed", "12") as demo:
+            argv = [exe, "--headless", "--no-remote", "--profile", str(firefox_profile(root)),
+                    "--remote-debugging-port", "0", "about:blank"]
+            with Firefox(argv) as firefox:
+                firefox.navigate(demo.url + "?autoplay=1")
+                firefox.evaluate_json(
+                    f"new Promise(r => {{ const t = setInterval(() => {{ if ({ALL_DONE_JS}) "
+                    "{ clearInterval(t); r(true); } }, 100); })", timeout=60)
+                panes = firefox.evaluate_json(PANES_JS)
+                check_panes(demo, panes, profiles, builtin().as_json())
+                cases = token_cases()
+                counts = firefox.evaluate_json(
+                    f"{json.dumps(cases)}.map(t => window.retimerDemo.countTokens(t))")
+                assert counts == [count_tokens(t) for t in cases]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_no_network_from_the_page(chromium: Any, short_md: Path):
+    """Everything the page loads comes from the demo's own origin."""
+    with DemoCommand("--profiles", "cerebras", "--text", str(short_md)) as demo:
+        page = chromium.new_page()
+        urls: list[str] = []
+        page.on("request", lambda r: urls.append(r.url))
+        page.goto(demo.url + "?autoplay=1")
+        wait_all_done(page, 30)
+        assert urls and all(u.startswith(demo.url) for u in urls), urls
+        page.close()
