@@ -176,7 +176,7 @@ def test_report_html_is_self_contained_and_escaped(report: tuple) -> None:
 def test_pngs_are_written_and_not_blank(report: tuple) -> None:
     recs, _, png_dir = report
     names = sorted(p.name for p in png_dir.iterdir())
-    assert names == ["rate.png", "streams-1.png", "ttft.png", "upstream-bound.png"]
+    assert names == ["rate.png", "streams-1.png", "ttft.png", "upstream-bound.png", "whatif.png"]
     for name in names:
         img = _not_blank((png_dir / name).read_bytes())
         assert img.width > 300 and img.height > 100

@@ -14,6 +14,7 @@ from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.fit_cmd import add_filters, no_records, unknown_protocol
 from retimer.records.reader import LogError, parse_since, read_log, select
 from retimer.report.page import build, render_html
+from retimer.report.whatif import BY_CHOICES, sessions_of, whatif
 
 
 def _fail(message: str) -> NoReturn:
@@ -32,6 +33,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--png", metavar="DIR", default="",
                    help="also write the charts as PNG files into DIR (needs matplotlib)")
     p.add_argument("--title", default="", help="the page's title (default: the log's name)")
+    p.add_argument("--profiles", default="", metavar="LIST",
+                   help="profiles for the 'at other speeds' section, as in retimer whatif "
+                   "(default: every built-in profile)")
+    p.add_argument("--by", choices=BY_CHOICES, default="auto",
+                   help="what a session is in that section, as in retimer whatif")
     add_filters(p)
     return p
 
@@ -55,7 +61,12 @@ def main(argv: list[str]) -> None:
             available()
         except PngUnavailable as e:
             _fail(str(e))
-    report = build(chosen, args.title or Path(args.log).name, log.bad_lines)
+    from retimer.cli.whatif_cmd import chosen_profiles
+
+    profiles = chosen_profiles(args.profiles, prog="retimer report")
+    by, sessions = sessions_of([(Path(args.log).name, chosen)], args.by)
+    results = [r for label, recs in sessions if (r := whatif(label, recs, profiles)) is not None]
+    report = build(chosen, args.title or Path(args.log).name, log.bad_lines, (by, results))
     out = Path(args.output).expanduser()
     try:
         out.write_text(render_html(report), encoding="utf-8")

@@ -18,7 +18,10 @@ from retimer.profile.model import Profile
 from retimer.profile.schema import parse_document
 from retimer.profile.units import ProfileError, show
 
-__all__ = ["builtin_dir", "builtin_profiles", "load_profile", "read_yaml"]
+__all__ = ["OVERRIDE_KEYS", "builtin_dir", "builtin_profiles", "load_profile", "load_profile_spec",
+           "profile_specs", "read_yaml"]
+
+OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")  # Profile.with_overrides
 
 
 def read_yaml(path: Path, where: str) -> object:
@@ -113,3 +116,39 @@ def load_profile(name_or_path: str) -> Profile:
     if not path.is_file():
         raise ProfileError(f"{raw}: no such profile file")
     return _load_file(path, raw)
+
+
+def profile_specs(text: str) -> list[str]:
+    """A comma-separated list of profile specs (`cerebras,gpt-5:tps=40,thinking=high,o3`):
+    an item with `=` and no `:` is one more override of the spec before it."""
+    specs: list[str] = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        if specs and "=" in item and ":" not in item:
+            specs[-1] += "," + item
+        else:
+            specs.append(item)
+    return specs
+
+
+def load_profile_spec(spec: str) -> Profile:
+    """A profile with overrides: `NAME_OR_PATH[:key=value[,key=value]]`, keys ttft, tps, jitter,
+    speed, thinking (as the --ttft ... options): `gpt-5:tps=40`, `o3:thinking=high`."""
+    name, sep, rest = spec.strip().rpartition(":")
+    if not sep or "=" not in rest:
+        return load_profile(spec)
+    overrides: dict[str, str] = {}
+    for item in (x.strip() for x in rest.split(",")):
+        key, eq, value = item.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in OVERRIDE_KEYS or not value.strip():
+            hint = difflib.get_close_matches(key, OVERRIDE_KEYS, n=1)
+            near = f"did you mean '{hint[0]}'? " if hint else ""
+            raise ProfileError(f"{spec}: bad override {item!r} ({near}give key=value with "
+                               f"key one of {', '.join(OVERRIDE_KEYS)})")
+        overrides[key] = value.strip()
+    try:
+        return load_profile(name).with_overrides(**overrides)
+    except ProfileError as e:
+        raise ProfileError(f"{spec}: {e}") from None

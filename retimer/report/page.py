@@ -22,6 +22,8 @@ from retimer.report.summary import summary, summary_html
 from retimer.report.svgplot import ROLE_COLORS, Chart, Series, render
 from retimer.report.tables import group_table, stream_table
 from retimer.report.views import Report, StreamView
+from retimer.report.whatif import SessionResult
+from retimer.report.whatif_view import section_html
 from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 
 DIST_WIDTH = 430  # three side by side fit a 1400 px window, scroll bar and margins included
@@ -85,7 +87,9 @@ def _distribution(records: list[dict[str, Any]], groups: list[str], key: str, si
                  log_x=log_x, note=f"no {key} in the records")
 
 
-def build(records: list[dict[str, Any]], title: str, bad_lines: int = 0) -> Report:
+def build(records: list[dict[str, Any]], title: str, bad_lines: int = 0,
+          whatif: tuple[str, list[SessionResult]] | None = None) -> Report:
+    """The report's data; `whatif` is (what a session is, the sessions at other speeds)."""
     group_by = "condition" if any(r.get("condition") is not None for r in records) else "profile"
     views = [stream_view(i + 1, r, group_by) for i, r in enumerate(records)]
     groups = sorted({v.group for v in views})
@@ -101,7 +105,8 @@ def build(records: list[dict[str, Any]], title: str, bad_lines: int = 0) -> Repo
         share = sum(flags) / len(flags)
         bars.append((g, share, f"{share:.0%} ({sum(flags)}/{len(flags)})"))
     dists.append(Chart(f"Upstream-bound share by {group_by}", series=[], bars=bars, x_max=1.0))
-    return Report(title, group_by, views, dists, bad_lines)
+    by, sessions = whatif if whatif is not None else ("", [])
+    return Report(title, group_by, views, dists, bad_lines, by, sessions)
 
 
 # ---------------------------------------------------------------- HTML
@@ -126,6 +131,7 @@ svg .axis{font-size:10px;fill:#555}svg .note{font-size:11px;fill:#888}
 svg .key{font-size:10px;fill:#333}
 svg .plot{fill:#fcfcfc;stroke:#ccc}svg .grid{stroke:#eee}svg .axisline{stroke:#999}
 svg path.series{fill:none;stroke-width:1.6}svg path.s-target{stroke-width:1.3}
+tr.recorded td,tr.upstream td{font-weight:600}svg.whatif{max-width:100%;height:auto}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:18px;
 height:0;border-top:2px solid;vertical-align:middle;margin-right:5px}
 """
@@ -161,7 +167,8 @@ def render_html(report: Report, now: datetime | None = None) -> str:
         "<h2>Distributions</h2>", '<div class="charts">',
         *[render(c, DIST_WIDTH, 260 if c.series else 60 + 30 * len(c.bars), "dist")
           for c in report.distributions],
-        "</div>", "<h2>Cumulative tokens per stream</h2>", _legend(), '<div class="grid">',
+        "</div>", section_html(report.whatif_by, report.whatif),
+        "<h2>Cumulative tokens per stream</h2>", _legend(), '<div class="grid">',
         *[render(stream_chart(v), 300, 170, "stream") for v in drawn], "</div>",
         f'<p class="meta">{more} more streams are in the table only.</p>' if more else "",
         "<h2>Streams</h2>", stream_table(report), "</body></html>",

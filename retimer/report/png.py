@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from retimer.report.page import MAX_STREAM_CHARTS, stream_chart
-from retimer.report.svgplot import PALETTE, ROLE_COLORS, Chart, fit_text
+from retimer.report.svgplot import BASE_COLOR, PALETTE, ROLE_COLORS, Chart, fit_text
 from retimer.report.views import Report, StreamView
+from retimer.report.whatif import combined
+from retimer.report.whatif_view import whatif_chart
 
 STREAMS_PER_IMAGE = 24
 PANEL_TITLE_CHARS = 46  # a longer title would run into the next panel's
@@ -50,8 +52,11 @@ def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
     ax.set_title(title, fontsize=size + 1, loc="left")
     if chart.bars:
         labels = [b[0] for b in chart.bars]
-        ax.barh(range(len(labels)), [b[1] for b in chart.bars],
-                color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))])
+        base = [min(chart.bar_base, b[1]) for b in chart.bars]
+        if chart.bar_base > 0:
+            ax.barh(range(len(labels)), base, color=BASE_COLOR)
+        ax.barh(range(len(labels)), [b[1] - lo for b, lo in zip(chart.bars, base, strict=True)],
+                left=base, color=[PALETTE[i % len(PALETTE)] for i in range(len(labels))])
         ax.set_yticks(range(len(labels)), labels, fontsize=size)
         ax.invert_yaxis()
         ax.set_xlim(0, chart.x_max or None)
@@ -118,6 +123,12 @@ def write_pngs(report: Report, directory: Path) -> list[Path]:
         fig = distribution_figure(chart)
         path = directory / f"{name}.png"
         fig.savefig(path, dpi=120, bbox_inches="tight")  # "tight": the legend below the plot
+        plt.close(fig)
+        written.append(path)
+    if report.whatif:
+        fig = distribution_figure(whatif_chart(combined(report.whatif)))
+        path = directory / "whatif.png"
+        fig.savefig(path, dpi=120, bbox_inches="tight")
         plt.close(fig)
         written.append(path)
     views = report.streams[:MAX_STREAM_CHARTS]

@@ -15,6 +15,7 @@ PALETTE = ("#2a6fdb", "#e4572e", "#17a398", "#8c5fbf", "#f2a541", "#4a4e69", "#d
            "#6a994e")
 ROLE_COLORS = {"target": "#8a8a8a", "upstream": "#e39b2d", "client": "#2a6fdb",
                "reference": "#444444"}  # reference: a line every group is read against
+BASE_COLOR = "#c8c8c8"  # the part of a bar every bar shares (Chart.bar_base)
 
 
 @dataclass(slots=True)
@@ -50,6 +51,8 @@ class Chart:
     bars: list[tuple[str, float, str]] = field(default_factory=list)
     log_x: bool = False
     x_max: float | None = None  # bars: the axis end (e.g. 1.0 for shares)
+    bar_base: float = 0.0  # bars: a part every bar shares, drawn first in grey (then the rest)
+    bar_base_label: str = ""  # what that part is, for its tooltip
     note: str = ""  # shown when there is nothing to draw
 
 
@@ -221,12 +224,16 @@ def _bars(chart: Chart, left: float, top: float, pw: float, ph: float) -> list[s
     for i, (label, value, text) in enumerate(chart.bars):
         y = top + band * i + (band - bar) / 2
         w = pw * max(0.0, min(value, hi)) / hi
+        base = pw * max(0.0, min(chart.bar_base, value, hi)) / hi
         mid = y + bar / 2 + 3
         out.append(
             f'<text class="tick" x="{left - 4}" y="{mid:.1f}" text-anchor="end">'
             f"{escape(fit_text(label, left - 8, 6.0))}</text>"
-            f'<rect class="bar" x="{left}" y="{y:.1f}" width="{max(w, 0.5):.1f}" '
-            f'height="{bar:.1f}" fill="{PALETTE[i % len(PALETTE)]}">'
+            + (f'<rect class="bar base" x="{left}" y="{y:.1f}" width="{base:.1f}" '
+               f'height="{bar:.1f}" fill="{BASE_COLOR}"><title>{escape(chart.bar_base_label)}'
+               "</title></rect>" if base > 0 else "")
+            + f'<rect class="bar" x="{left + base:.1f}" y="{y:.1f}" '
+            f'width="{max(w - base, 0.5):.1f}" height="{bar:.1f}" fill="{PALETTE[i % len(PALETTE)]}">'
             f"<title>{escape(label)}: {escape(text)}</title></rect>"
             f'<text class="tick" x="{left + w + 4:.1f}" y="{mid:.1f}">{escape(text)}</text>'
         )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from retimer.report.svgplot import Chart
+from retimer.report.whatif import SessionResult
 
 
 @dataclass(slots=True)
@@ -30,3 +31,5 @@ class Report:
     streams: list[StreamView]
     distributions: list[Chart] = field(default_factory=list)
     bad_lines: int = 0
+    whatif_by: str = ""  # what a session is in `whatif` (retimer.report.whatif.sessions_of)
+    whatif: list[SessionResult] = field(default_factory=list)  # the session(s) at other speeds
