@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> None:
 
         export.main(argv[1:])
         return
+    if argv and argv[0] == "whatif":
+        from retimer.cli import whatif_cmd
+
+        whatif_cmd.main(argv[1:])
+        return
     if argv and argv[0] in ("fit", "report"):
         from retimer.cli import fit_cmd, report_cmd
 
