@@ -31,6 +31,8 @@ STATIC = {
 STREAM_PATH = "/v1/messages"
 WARMUP_QUERY = "warmup=1"  # a short stream the demo sends itself before the page opens
 WARMUP_BODY_TEXT = "Ready."
+HELLO_PATH = "/demo/hello"  # the page opens one warm connection per pane with these
+HELLO_HOLD_S = 0.15
 BATCH_EVENTS = 24  # SSE events per write: the proxy reads a fast upstream, not one huge write
 SECURITY_HEADERS = [
     ("cache-control", "no-store"),
@@ -96,6 +98,8 @@ class DemoServer:
         if path == "/demo/records":
             run = parse_qs(parts.query).get("run", [""])[0]
             return Response(200, json.dumps(self.records(run)).encode())
+        if path == HELLO_PATH:
+            return Response(200, b'{"ok": true}')
         if path == "/favicon.ico":
             return Response(204, b"", "image/x-icon")
         return Response(404, b'{"error": "not found"}')
@@ -109,6 +113,8 @@ class DemoServer:
                 if request is None:
                     return
                 method, target = request
+                if target == HELLO_PATH:  # held, so the page's parallel hellos open one connection each
+                    await asyncio.sleep(HELLO_HOLD_S)
                 answer = self.answer(method, target)
                 headers = [("content-type", answer.content_type), *SECURITY_HEADERS]
                 if answer.content_type.startswith("text/event-stream"):

@@ -271,7 +271,8 @@
       playRun(panes);
     });
     // one warm keep-alive connection per pane, so no pane's request waits for a new one
-    await Promise.all(panes.map(() => fetch("/demo/records?run=", { cache: "no-store" }).then(r => r.json())));
+    // (the server holds each hello a moment, so the browser cannot answer two on one connection)
+    await Promise.all(panes.map(() => fetch("/demo/hello", { cache: "no-store" }).then(r => r.json())));
     document.body.dataset.ready = "1";
     if (new URLSearchParams(location.search).get("autoplay") === "1") {
       playButton.textContent = "↻ Replay all";
