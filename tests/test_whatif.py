@@ -27,8 +27,8 @@ from retimer.report.whatif import session_figures, sessions_of, whatif
 from retimer.report.whatif_view import to_json
 from retimer.timing.model import StallSpec
 from retimer.timing.quantiles import QuantileShape
-from retimer.wire.prompt import PromptCache, PromptInfo
 from tests.proxy import run_cli
+from tests.whatif_draws import expected, monte_carlo
 
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 TIMED = [p for p in builtin_profiles() if not p.passthrough]
@@ -45,48 +45,6 @@ def record(start: float, wait: float, upstream: float | None = None, tokens: int
            "model": {"prompt_tokens": 1200, "cached_tokens": 0}}
     rec.update(extra)
     return rec
-
-
-class FixedCache(PromptCache):
-    """The prompt cache as a record saw it: this many cached tokens, whatever the prompt."""
-
-    def __init__(self, cached: int) -> None:
-        super().__init__()
-        self.cached = cached
-
-    def lookup(self, prompt: Any, now: float, min_tokens: int, ttl: float) -> int:
-        return self.cached
-
-
-def drawn_wait(p: Profile, rng: np.random.Generator, tokens: int, prompt: int | None,
-               cached: int, shows_reasoning: bool = False, whole: bool = False) -> float:
-    """One real draw: the StreamTiming the proxy makes, asked for TTFT, chunk sizes and gaps in
-    the order the pacer asks (the first event's tokens leave with the first token); a whole
-    response is held for TTFT plus a gap per further token (retimer.proxy.addon)."""
-    info = PromptInfo(prompt, "chat") if prompt is not None else None
-    t = p.stream_timing(rng, prompt=info, cache=FixedCache(cached))
-    if shows_reasoning:
-        t.skip_hidden_reasoning()
-    wait, left, first = t.ttft, t.chunk_size(), True
-    for i in range(tokens):
-        if i > 0 and not first:
-            wait += t.gap()
-        left -= 1
-        if left <= 0:
-            first, left = False, t.chunk_size()
-    if whole:
-        wait = t.ttft + sum(t.gap() for _ in range(tokens - 1))
-    return wait
-
-
-def monte_carlo(p: Profile, calls: list[tuple], draws: int, seed: int) -> np.ndarray:
-    return np.array([np.mean([drawn_wait(p, np.random.default_rng([seed, j, i]), *c)
-                              for i in range(draws)]) for j, c in enumerate(calls)])
-
-
-def expected(p: Profile, calls: list[tuple]) -> np.ndarray:
-    cols = list(zip(*calls, strict=True))
-    return expected_waits(p, Calls.of(*[list(c) for c in cols])).total
 
 
 # ---------------------------------------------------------------- session arithmetic
