@@ -78,6 +78,12 @@ def test_a_session_from_records_recorded_upstream_and_unmodelled() -> None:
         assert fig.total_s == pytest.approx(r.between_s + fig.waiting_s)
 
 
+def test_a_session_with_no_call_the_model_can_time() -> None:
+    r = whatif("s", [record(0, 2.0, outcome="upstream-error")], TIMED)
+    assert r is not None and r.unmodelled == {"outcome upstream-error": 1}
+    assert all(f.waiting_s == r.recorded.waiting_s == 2.0 for f in r.profiles)
+
+
 def test_sessions_by_participant_conversation_file_and_all() -> None:
     a = [record(0, 1, participant="p1", conversation="c1"),
          record(5, 1, participant="p2", conversation="c1"),

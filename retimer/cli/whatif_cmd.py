@@ -107,7 +107,8 @@ def session_table(result: SessionResult, by: str, width: int) -> Table:
     """One session: a row per column of timing, and a bar of its total when there is room."""
     rec = result.recorded
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
-                  title=f"{escape(result.session)} ({by}): {result.calls} calls, "
+                  title=f"{escape(result.session)} ({by}): {result.calls} call"
+                  f"{'' if result.calls == 1 else 's'}, "
                   f"{duration_text(result.between_s)} between calls")
     table.add_column("timing", overflow="fold")
     for name in ("waiting", "vs rec.", "total", "vs rec."):

@@ -110,6 +110,8 @@ def expected_waits(p: Profile, calls: Calls) -> ExpectedWaits:
         raise ProfileError(f"profile '{p.name}' is passthrough: it has no timing to compare")
     n = calls.output_tokens
     k = len(n)
+    if k == 0:
+        return ExpectedWaits(*(np.zeros(0) for _ in range(4)))
     known = np.isfinite(calls.prompt_tokens)
     ref = p.prefill.reference_tokens if p.prefill is not None else 0
     context_start = np.where(known, calls.prompt_tokens, float(ref))
@@ -154,7 +156,7 @@ def expected_waits(p: Profile, calls: Calls) -> ExpectedWaits:
     decode = np.zeros(k)
     stalls = np.zeros(k)
     mean_chunk = sum(c * w for c, w in chunking.items()) / total_p
-    renewals = _steps_covering(chunking, int(n.max())) if steps and k else None
+    renewals = _steps_covering(chunking, int(n.max())) if steps else None
     stall_p = min(1.0, p.stalls.per_1000_tokens / 1000.0) if p.stalls is not None else 0.0
     stall_mean = p.stalls.duration.jittered(p.jitter).mean() if p.stalls and p.jitter > 0 else 0.0
     for size, weight in chunking.items():
