@@ -153,7 +153,7 @@ def main(argv: list[str]) -> None:
         json.dump(to_json(by, results), sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return
-    width = shutil.get_terminal_size((100, 24)).columns if sys.stdout.isatty() else 100
+    width = shutil.get_terminal_size((100, 24)).columns  # COLUMNS, the terminal, or 100
     console = Console(file=sys.stdout, highlight=False, width=width)
     shown = results if len(results) <= MAX_SESSION_TABLES else [combined(results)]
     if len(results) > MAX_SESSION_TABLES:
