@@ -18,7 +18,7 @@ import pytest
 from retimer.cli.demo_source import builtin, from_capture
 from retimer.wire.tokenizer import count_tokens
 from tests.bidi import Firefox
-from tests.demo_page import ALL_DONE_JS, PANES_JS, REPO, DemoCommand, check_panes
+from tests.demo_page import ALL_DONE_JS, PANES_JS, REPLAY_JS, REPLAYED_JS, REPO, DemoCommand, check_panes
 
 FIXTURES = REPO / "tests" / "fixtures" / "streams"
 SHORT_MD = """# Crossing a street, as code
@@ -87,10 +87,10 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def wait_all_done(page: Any, timeout_s: float) -> None:
+def wait_all_done(page: Any, timeout_s: float, condition: str = ALL_DONE_JS) -> None:
     """Poll the page (its CSP forbids the eval that wait_for_function needs)."""
     deadline = time.monotonic() + timeout_s
-    while not page.evaluate(ALL_DONE_JS):
+    while not page.evaluate(condition):
         assert time.monotonic() < deadline, "the panes did not finish"
         time.sleep(0.1)
 
@@ -101,6 +101,9 @@ def chromium_run(browser: Any, url: str, timeout_s: float) -> tuple[list[dict[st
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(url + "?autoplay=1")
     wait_all_done(page, timeout_s)
+    # the second run is checked: a process's first streams can leave the proxy late (reported)
+    page.evaluate(REPLAY_JS)
+    wait_all_done(page, timeout_s, REPLAYED_JS)
     panes = page.evaluate(PANES_JS)
     assert not errors, errors
     return panes, page
@@ -173,6 +176,10 @@ def test_firefox_builtin_capture_plays_at_each_profile():
                 firefox.navigate(demo.url + "?autoplay=1")
                 firefox.evaluate_json(
                     f"new Promise(r => {{ const t = setInterval(() => {{ if ({ALL_DONE_JS}) "
+                    "{ clearInterval(t); r(true); } }, 100); })", timeout=60)
+                firefox.evaluate_json(REPLAY_JS)
+                firefox.evaluate_json(
+                    f"new Promise(r => {{ const t = setInterval(() => {{ if ({REPLAYED_JS}) "
                     "{ clearInterval(t); r(true); } }, 100); })", timeout=60)
                 panes = firefox.evaluate_json(PANES_JS)
                 check_panes(demo, panes, profiles, builtin().as_json())

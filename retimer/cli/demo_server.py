@@ -23,6 +23,7 @@ STATIC = {
     "index.html": "text/html; charset=utf-8",
     "demo.js": "text/javascript; charset=utf-8",
     "demo.css": "text/css; charset=utf-8",
+    "demo_worker.js": "text/javascript; charset=utf-8",
     "marked.umd.js": "text/javascript; charset=utf-8",
     "highlight.min.js": "text/javascript; charset=utf-8",
     "github.min.css": "text/css; charset=utf-8",

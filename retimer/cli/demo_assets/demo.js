@@ -7,6 +7,11 @@
   let config = null;
   let tokenRe = null;
   const panes = [];
+  const reader = new Worker("/demo/assets/demo_worker.js");
+  reader.onmessage = (m) => {
+    const pane = panes[m.data.pane];
+    if (pane && m.data.generation === pane.generation) pane.fromWorker(m.data);
+  };
 
   // -- tokens: retimer's own splitter (retimer.wire.tokenizer), translated by the server --------
   function countTokens(text) {
@@ -90,94 +95,63 @@
       this.rendered = [];
     }
 
-    async play(run) {
+    // the stream is read by the worker (demo_worker.js), off this thread; resolves at its end
+    play(run) {
       const generation = ++this.generation;
       this.reset();
       this.run = run;
       this.node.dataset.run = run;
-      this.t0 = performance.now();
-      let response;
-      try {
-        response = await fetch("/v1/messages", {
-          method: "POST", cache: "no-store",
-          headers: { "content-type": "application/json", "anthropic-version": "2023-06-01",
-                     "x-retimer-demo-pane": String(this.index), "x-retimer-demo-run": run },
-          body: JSON.stringify({ model: "retimer-demo", max_tokens: 8192, stream: true,
-                                 messages: [{ role: "user", content: "Show the demo response." }] }),
-        });
-        if (!response.ok || !response.body) throw new Error(`HTTP ${response.status}`);
-        const reader = response.body.getReader();
-        const decoder = new TextDecoder();
-        let buffer = "";
-        for (;;) {
-          const { value, done } = await reader.read();
-          const now = performance.now();
-          if (generation !== this.generation) { reader.cancel(); return; }
-          if (done) break;
-          buffer += decoder.decode(value, { stream: true });
-          const cut = buffer.lastIndexOf("\n\n");
-          if (cut < 0) continue;
-          const events = buffer.slice(0, cut);
-          buffer = buffer.slice(cut + 2);
-          if (this.feed(events)) {
-            if (this.first === null) { this.first = now; this.node.dataset.state = "streaming"; }
-            this.last = now;
-            scheduleDraw();
+      this.t0 = performance.now();  // for the live elapsed time only
+      return new Promise(resolve => {
+        this.resolve = resolve;
+        reader.postMessage({ pane: this.index, run, generation });
+      });
+    }
+
+    fromWorker(d) {
+      if (d.type === "items") {
+        for (const item of d.items) {
+          if (item.type === "start") {
+            this.blocks[item.index] = { kind: item.kind, name: item.name, text: "" };
+          } else {
+            const block = this.blocks[item.index] || (this.blocks[item.index] = { kind: "text", name: "", text: "" });
+            block.text += item.text;
+            this.tokensLive += countTokens(item.text);
           }
         }
-        buffer += decoder.decode();
-        if (buffer.trim() && this.feed(buffer)) { this.last = performance.now(); }
-        this.finish();
-      } catch (e) {
-        if (generation !== this.generation) return;
-        this.node.dataset.state = "error";
-        this.el(".proxy-note").textContent = `stream failed: ${e.message}`;
-      }
-    }
-
-    // SSE events (Anthropic Messages) -> blocks; true when a token arrived
-    feed(text) {
-      let tokens = false;
-      for (const raw of text.split(/\r?\n\r?\n/)) {
-        const data = raw.split(/\r?\n/).filter(l => l.startsWith("data:")).map(l => l.slice(5).trimStart()).join("\n");
-        if (!data) continue;
-        let ev;
-        try { ev = JSON.parse(data); } catch (e) { continue; }
-        if (ev.type === "content_block_start") {
-          const cb = ev.content_block || {};
-          const kind = cb.type === "thinking" ? "reasoning" : cb.type === "tool_use" ? "tool" : "text";
-          this.blocks[ev.index] = { kind, name: cb.name || "", text: "" };
-        } else if (ev.type === "content_block_delta") {
-          const d = ev.delta || {};
-          const piece = d.type === "text_delta" ? d.text : d.type === "thinking_delta" ? d.thinking
-                      : d.type === "input_json_delta" ? d.partial_json : null;
-          if (typeof piece !== "string" || !piece) continue;
-          const block = this.blocks[ev.index] || (this.blocks[ev.index] = { kind: "text", name: "", text: "" });
-          block.text += piece;
-          this.tokensLive += countTokens(piece);
-          tokens = true;
+        if (d.first !== null) {
+          if (this.first === null) this.node.dataset.state = "streaming";
+          this.first = d.first; this.last = d.last;
         }
+        scheduleDraw();
+      } else if (d.type === "end") {
+        this.finish(d);
+        this.resolve();
+      } else if (d.type === "error") {
+        this.node.dataset.state = "error";
+        this.el(".proxy-note").textContent = `stream failed: ${d.message}`;
+        this.resolve();
       }
-      return tokens;
     }
 
-    finish() {
+    finish(end) {
       this.done = true;
       const blocks = this.blocks.filter(Boolean);
-      // tokens counted on each whole block, with the proxy's rule; rate as retimer's records
+      // tokens counted on each whole block, with the proxy's rule; rate as retimer's records;
+      // times as the worker took them: request sent, first and last read with a token
       const n = blocks.reduce((sum, b) => sum + countTokens(b.text), 0);
-      const ttft = this.first === null ? null : this.first - this.t0;
-      const span = this.first === null ? 0 : (this.last - this.first) / 1000;
+      const ttft = end.ttft;
+      const span = end.span / 1000;
       const tps = n > 1 && span > 0 ? (n - 1) / span : null;
       this.el(".raw").textContent = JSON.stringify(blocks.map(b => ({ kind: b.kind, text: b.text })));
       this.tokensLive = n;
       this.draw(true);
       this.el(".s-ttft").textContent = ms(ttft);
       this.el(".s-tps").textContent = rate(tps);
-      this.el(".s-elapsed").textContent = ms(this.last === null ? null : this.last - this.t0);
+      this.el(".s-elapsed").textContent = ms(end.elapsed);
       this.node.dataset.state = "done";
       this.node.dataset.tokens = String(n);
-      this.node.dataset.elapsedMs = this.last === null ? "" : (this.last - this.t0).toFixed(1);
+      this.node.dataset.elapsedMs = end.elapsed === null ? "" : end.elapsed.toFixed(1);
       this.node.dataset.tps = tps === null ? "" : tps.toFixed(3);
       this.node.dataset.ttftMs = ttft === null ? "" : ttft.toFixed(1);  // last: it says "finished"
     }
@@ -188,7 +162,7 @@
       if (this.t0 !== null && !this.done) {
         this.el(".s-elapsed").textContent = ms(now - this.t0);
         if (this.first !== null) {
-          this.el(".s-ttft").textContent = ms(this.first - this.t0);
+          this.el(".s-ttft").textContent = ms(this.first);
           const span = (this.last - this.first) / 1000;
           if (span > 0.05) this.el(".s-tps").textContent = rate((this.tokensLive - 1) / span);
         }
