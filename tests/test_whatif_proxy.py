@@ -90,6 +90,25 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[s
     return proxy.log_path, records
 
 
+def test_a_session_recorded_at_the_upstreams_own_speed(tmp_path: Path) -> None:
+    """`--profile passthrough` records the prompt's size and what a usual prompt cache would
+    hold, so whatif times its calls from their real prompts."""
+    long_messages = [{"role": "system", "content": LONG}, {"role": "user", "content": "fix it"}]
+    with FakeLLM(per_event_gap=0.002) as fake, \
+            RetimerProxy(tmp_path, "--profile", "passthrough") as proxy:
+        oa = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test", max_retries=0,
+                           http_client=openai.DefaultHttpxClient(proxy=proxy.url))
+        _openai(oa, long_messages, TEXT)
+        _openai(oa, [*long_messages, {"role": "user", "content": "again"}], TEXT)
+        recs = proxy.records(2)
+    assert [r["profile"] for r in recs] == ["passthrough"] * 2
+    prompts = [r["model"]["prompt_tokens"] for r in recs]
+    assert prompts[0] > 1500 and prompts[1] > prompts[0]
+    assert recs[0]["model"]["cached_tokens"] == 0 and recs[1]["model"]["cached_tokens"] > 1024
+    doc = _whatif_json(proxy.log_path, "--profiles", "gpt-5")
+    assert doc["sessions"][0]["prompt_unknown"] == 0 and doc["sessions"][0]["timed"] == 2
+
+
 def _start(rec: dict[str, Any]) -> float:
     return datetime.fromisoformat(rec["time"]).timestamp()
 

@@ -28,10 +28,18 @@ from retimer.proxy.flows import (
     stream_record,
 )
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
-from retimer.proxy.hooks import PROFILE_KEY, STREAM_KEY, RecordHook, StreamDoneHook, StreamStartHook
+from retimer.proxy.hooks import (
+    PROFILE_KEY,
+    PROMPT_KEY,
+    STREAM_KEY,
+    RecordHook,
+    StreamDoneHook,
+    StreamStartHook,
+)
 from retimer.proxy.ws_pacing import WebSocketPacing
 from retimer.records.writer import RecordLog
 from retimer.timing.hold import is_llm_call, timing_line
+from retimer.timing.model import PromptCacheSpec
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.scheduler import NoTiming
 from retimer.timing.strategy import Strategy, parse_strategy
@@ -307,6 +315,12 @@ class Retimer:
         rng = np.random.default_rng([self.seed, index])
         prompt = _prompt_of(flow) if flow is not None else None
         timing: Any = NoTiming()
+        if profile.passthrough and flow is not None and prompt is not None and prompt.known:
+            # its record still says the prompt's size, and what a usual provider cache would
+            # hold of it (PromptCacheSpec's defaults), for `retimer whatif`
+            spec = PromptCacheSpec(discount=0.0)
+            cached = self.prompt_cache.lookup(prompt, time.monotonic(), spec.min_tokens, spec.ttl)
+            flow.metadata[PROMPT_KEY] = (prompt.tokens, cached)
         if not profile.passthrough:
             timing = profile.stream_timing(
                 rng, prompt=prompt if prompt is not None and prompt.known else None,

@@ -15,7 +15,7 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ReverseMode
 
 from retimer.profile.model import Profile
-from retimer.proxy.hooks import CACHE_KEY, RECORD_KEY, STREAM_KEY
+from retimer.proxy.hooks import CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.media import is_streamed
@@ -75,6 +75,16 @@ def _started(flow: http.HTTPFlow, pacer: StreamPacer) -> float:
     return time.time() - (time.monotonic() - pacer.stats.start)
 
 
+def _passthrough_model(flow: http.HTTPFlow) -> dict[str, Any]:
+    """What a passthrough stream's record says of its request: the prompt's estimated size and
+    the tokens a usual provider's prompt cache would hold (so `retimer whatif` can time a
+    session recorded at the upstream's own speed)."""
+    known = flow.metadata.get(PROMPT_KEY)
+    if not isinstance(known, tuple):
+        return {}
+    return {"prompt_tokens": known[0], "cached_tokens": known[1]}
+
+
 def stream_record(
     flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
     outcome: str, index: int | None = None,
@@ -103,7 +113,8 @@ def stream_record(
         },
         # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
         "model": {"speed": profile.speed, "thinking": profile.thinking,
-                  **(pacer.timing.summary() if hasattr(pacer.timing, "summary") else {})},
+                  **(pacer.timing.summary() if hasattr(pacer.timing, "summary")
+                     else _passthrough_model(flow))},
         **timing,
         "upstream_bound": (not profile.passthrough)
         and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
