@@ -202,3 +202,21 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
     assert done.returncode == 2, done.stdout
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr, lines
+
+
+def test_a_study_log_is_one_session_per_participant(tmp_path: Path) -> None:
+    log = tmp_path / "study.jsonl"
+    recs = [record(10 * i + j, 1.0 + j, participant=f"p{i}", conversation=f"c{j % 2}")
+            for i in range(6) for j in range(3)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    done = run_cli("whatif", str(log), "--profiles", "cerebras,o3")
+    assert done.returncode == 0, done.stderr
+    assert "6 sessions (by participant)" in done.stdout and "all 6 sessions" in done.stdout
+    doc = json.loads(run_cli("whatif", str(log), "--json", "--profiles", "o3").stdout)
+    assert doc["by"] == "participant" and [s["session"] for s in doc["sessions"]] == [
+        f"p{i}" for i in range(6)]
+    assert doc["all"]["calls"] == 18 and doc["all"]["timed"] == 18
+    assert doc["all"]["recorded"]["total_s"] == pytest.approx(
+        sum(s["recorded"]["total_s"] for s in doc["sessions"]))
+    doc = json.loads(run_cli("whatif", str(log), "--json", "--by", "conversation").stdout)
+    assert len(doc["sessions"]) == 12 and len(doc["profiles"]) == len(TIMED)

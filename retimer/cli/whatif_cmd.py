@@ -132,8 +132,9 @@ def _overview(results: list[SessionResult], by: str) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, title_justify="left",
                   title=f"{len(results)} sessions (by {by})")
     table.add_column(by, overflow="fold")
-    for name in ("calls", "between", "waiting", "fastest", "slowest"):
-        table.add_column(name, justify="right", no_wrap=True)
+    for name in ("calls", "between calls", "waiting, recorded", "fastest profile",
+                 "slowest profile"):
+        table.add_column(name, justify="right")
     for r in results:
         totals = sorted(r.profiles, key=lambda p: p.waiting_s)
         fastest = duration_text(totals[0].waiting_s) if totals else "-"

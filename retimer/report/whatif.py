@@ -150,6 +150,7 @@ class SessionResult:
     recorded: Figures
     upstream: Figures
     profiles: list[ProfileFigures] = field(default_factory=list)
+    timed: int = 0  # calls the timing model timed (the rest keep their recorded wait)
     unmodelled: dict[str, int] = field(default_factory=dict)  # reason -> calls
     prompt_unknown: int = 0  # timed calls without a prompt estimate (a reference prompt)
     waits: dict[str, list[float]] = field(default_factory=dict)  # per call, in start order
@@ -200,6 +201,7 @@ def whatif(label: str, records: list[dict[str, Any]], profiles: Sequence[Profile
             result.unmodelled[c.unmodelled] = result.unmodelled.get(c.unmodelled, 0) + 1
     result.prompt_unknown = sum(1 for c in calls if not c.unmodelled and c.prompt_tokens is None)
     chosen = [c for c in calls if not c.unmodelled]
+    result.timed = len(chosen)
     shapes = Calls.of([c.tokens for c in chosen], [c.prompt_tokens for c in chosen],
                       [c.cached_tokens for c in chosen], [c.shows_reasoning for c in chosen],
                       [c.whole for c in chosen])
@@ -243,6 +245,7 @@ def combined(results: Sequence[SessionResult]) -> SessionResult:
         for why, n in r.unmodelled.items():
             out.unmodelled[why] = out.unmodelled.get(why, 0) + n
     out.prompt_unknown = sum(r.prompt_unknown for r in results)
+    out.timed = sum(r.timed for r in results)
     return out
 
 

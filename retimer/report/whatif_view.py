@@ -85,7 +85,7 @@ def _session_json(r: SessionResult) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "session": r.session, "start": start_text(r), "calls": r.calls,
-        "timed": r.calls - sum(n for why, n in r.unmodelled.items() if "left out" not in why),
+        "timed": r.timed,
         "unmodelled": dict(r.unmodelled), "prompt_unknown": r.prompt_unknown,
         "between_s": round(r.between_s, 3),
         "recorded": fig(r.recorded), "upstream": fig(r.upstream),
