@@ -131,7 +131,7 @@ svg .axis{font-size:10px;fill:#555}svg .note{font-size:11px;fill:#888}
 svg .key{font-size:10px;fill:#333}
 svg .plot{fill:#fcfcfc;stroke:#ccc}svg .grid{stroke:#eee}svg .axisline{stroke:#999}
 svg path.series{fill:none;stroke-width:1.6}svg path.s-target{stroke-width:1.3}
-tr.recorded td,tr.upstream td{font-weight:600}svg.whatif{max-width:100%;height:auto}
+tr.recorded td,tr.upstream td{font-weight:600}svg.whatif{max-width:100%;height:auto;margin-top:12px}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:18px;
 height:0;border-top:2px solid;vertical-align:middle;margin-right:5px}
 """

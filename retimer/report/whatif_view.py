@@ -146,8 +146,8 @@ def section_html(by: str, results: Sequence[SessionResult]) -> str:
     notes_html = "".join(f"<li>{escape(n)}</li>" for n in notes(total))
     return "\n".join([
         '<div id="whatif"><h2>This session at other speeds</h2>',
-        f'<p class="meta">{head}, from {escape(start_text(total))} UTC. Waiting on the model: '
-        "the time at least one call was running; between calls: tools and the human, the same "
+        f'<p class="meta">{head}, from {escape(start_text(total)[:19].replace("T", " "))} UTC. '
+        "Waiting on the model: the time at least one call was running; between calls: tools and the human, the same "
         "in every row. Profiles give each call their mean wait for its prompt, cached and "
         "output tokens (retimer whatif; docs/whatif.md).</p>",
         table, render(chart, 900, 40 + 26 * len(chart.bars), "whatif"),
