@@ -37,6 +37,8 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
+from retimer.proxy import bridge_timers
+from retimer.proxy.bridge_timers import PacingWakeup
 from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
 from retimer.proxy.bridge_websocket import WebSocketOrder
 from retimer.timing import emission
@@ -61,12 +63,6 @@ class InternalsMissing(RuntimeError):
     """This mitmproxy lacks a private name the bridge relies on."""
 
 
-class PacingWakeup(commands.RequestWakeup):
-    """A wakeup the bridge asked for; recognised (and dropped if stale) on return."""
-
-    __slots__ = ()
-
-
 @dataclass(slots=True)
 class Settings:
     """The bounds and keep-alive policy (the `retimer_*` options of `retimer.proxy.safety`)."""
@@ -88,6 +84,8 @@ class PacedFlow:
     wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
     last_send: float = 0.0  # when the client last got bytes (or the response head)
     counted: int = 0  # this stream's share of PacingBridge.buffered
+    handler: Any = None  # its connection's mitmproxy ConnectionHandler, once a wakeup named it
+    routes: Any = None  # the HTTP layers that route its wakeups (bridge_timers.routes)
 
 
 def check_internals() -> None:
@@ -104,6 +102,7 @@ def check_internals() -> None:
         "events.Wakeup": getattr(events, "Wakeup", None),
         "WebsocketLayer.handle_event": getattr(WebsocketLayer, "handle_event", None),
         "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
+        **bridge_timers.NEEDED,
     }
     missing = [name for name, value in needed.items() if value is None]
     if missing:
@@ -124,6 +123,7 @@ def install() -> PacingBridge:
     if _installed is None:
         check_internals()
         bridge = PacingBridge(HttpStream._handle_event, WebsocketLayer.handle_event)
+        bridge.timers = bridge_timers.install(lambda: bridge.draining)
 
         def handle_http(stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
             yield from bridge.http_event(stream, event)
@@ -152,6 +152,7 @@ class PacingBridge:
         self._paced: dict[str, PacedFlow] = {}
         self._original_http = original_http
         self.websockets = WebSocketOrder(original_websocket)
+        self.timers: bridge_timers.DirectTimers | None = None  # set by install()
 
     # -- what the addons, tests and bench use ------------------------------------------------
     def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
@@ -244,15 +245,16 @@ class PacingBridge:
         """One warning per stream: it fell back to pass-through, or it carried a malformed part."""
         if paced.warned:
             return
-        pacer, host = paced.pacer, stream.flow.request.pretty_host
+        pacer = paced.pacer  # the host is looked up only to warn: pretty_host parses headers
         if failure := pacer.fallback:
             paced.warned = True
-            logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from {host} "
-                           f"({failure}); passing the rest through unchanged")
+            logger.warning(f"retimer: cannot parse the {pacer.adapter.name} stream from "
+                           f"{stream.flow.request.pretty_host} ({failure}); passing the rest "
+                           "through unchanged")
         elif anomaly := pacer.adapter.anomaly:
             paced.warned = True
-            logger.warning(f"retimer: the {pacer.adapter.name} stream from {host} has {anomaly}; "
-                           "passed on unchanged")
+            logger.warning(f"retimer: the {pacer.adapter.name} stream from "
+                           f"{stream.flow.request.pretty_host} has {anomaly}; passed on unchanged")
 
     def _corrupt(self, stream: Any, paced: PacedFlow, now: float) -> Generator[commands.Command, Any, None]:
         """The body cannot be decoded (its Content-Encoding header is already gone): the client
@@ -291,9 +293,11 @@ class PacingBridge:
         )
         if wake is None or not emission.needs_timer(wake, min(paced.wakeups.values(), default=None)):
             return
-        cmd = PacingWakeup(emission.timer_delay(wake, now))
+        delay = emission.timer_delay(wake, now)
+        cmd = PacingWakeup(delay)
         paced.wakeups[cmd] = wake
-        yield cmd
+        if self.timers is None or not self.timers.arm(paced, stream, cmd, delay):
+            yield cmd  # mitmproxy's own wakeup: the first of a stream names its handler
 
     def _account(self, paced: PacedFlow) -> None:
         """Keep the total of held bytes current (O(1): this stream's change only)."""
