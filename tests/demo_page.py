@@ -97,30 +97,29 @@ class DemoCommand:
 
 
 def check_panes(demo: DemoCommand, panes: list[dict[str, Any]], profiles: list[str],
-                source: list[dict[str, str]]) -> list[dict[str, Any]]:
-    """Each pane against the record of its own stream (what the proxy drew and emitted) and its
-    profile; the text of every pane identical to the source. Returns the records."""
+                source: list[dict[str, str]]) -> list[str]:
+    """Each pane against the record of its own stream and its profile. What must hold on every
+    run is asserted: the profile, the text identical to the source, the token count. The timing
+    problems (TTFT or rate off by more than 10 %) are returned, for the caller to judge a run by."""
     assert [p["profile"] for p in panes] == [load_profile(name).effective_name for name in profiles]
     runs = {p["run"] for p in panes}
     assert len(runs) == 1, runs
     records = demo.records(runs.pop(), len(panes))
     assert [r["demo_pane"] for r in records] == list(range(len(panes)))
     source_tokens = sum(count_tokens(b["text"]) for b in source)
+    problems: list[str] = []
     for pane, record, name in zip(panes, records, profiles, strict=True):
-        where = (f"{name}: page {pane['ttft_ms']:.1f} ms, {pane['tps']:.1f} tok/s; record {record['target']}, "
-                 f"emitted {record['emitted']['ttft_ms']} ms, {record['emitted']['tps']} tok/s")
-        assert record["outcome"] == "complete", where
+        assert record["outcome"] == "complete"
         assert record["effective_profile"] == pane["profile"]
         assert pane["raw"] == source, f"{name}: the page received other text than the source"
-        assert pane["tokens"] == source_tokens == record["emitted"]["tokens"], where
-        # the page measures what the proxy sent...
-        emitted = record["emitted"]
-        assert abs(pane["ttft_ms"] - emitted["ttft_ms"]) <= 0.10 * emitted["ttft_ms"], where
-        assert abs(pane["tps"] - emitted["tps"]) <= 0.10 * emitted["tps"], where
-        # ...and that is what the profile drew for this stream
-        target = record["target"]
-        assert abs(pane["ttft_ms"] - target["ttft_ms"]) <= 0.10 * target["ttft_ms"], where
-        profile_tps = load_profile(name).tps
-        assert target["tps"] == profile_tps
-        assert abs(pane["tps"] - target["tps"]) <= 0.10 * target["tps"], where
-    return records
+        assert pane["tokens"] == source_tokens == record["emitted"]["tokens"]
+        target, emitted = record["target"], record["emitted"]
+        assert target["tps"] == load_profile(name).tps
+        where = (f"{name}: page TTFT {pane['ttft_ms']:.1f} ms, {pane['tps']:.1f} tok/s; drawn {target['ttft_ms']} ms, "
+                 f"profile {target['tps']} tok/s; the proxy emitted {emitted['ttft_ms']} ms, {emitted['tps']} tok/s, "
+                 f"lateness {record['lateness_ms']}")
+        if abs(pane["ttft_ms"] - target["ttft_ms"]) > 0.10 * target["ttft_ms"]:
+            problems.append("TTFT: " + where)
+        if abs(pane["tps"] - target["tps"]) > 0.10 * target["tps"]:
+            problems.append("rate: " + where)
+    return problems

@@ -8,7 +8,9 @@
   let tokenRe = null;
   const panes = [];
   const reader = new Worker("/demo/assets/demo_worker.js");
+  let helloDone = null;
   reader.onmessage = (m) => {
+    if (m.data.hello) { helloDone(); return; }
     const pane = panes[m.data.pane];
     if (pane && m.data.generation === pane.generation) pane.fromWorker(m.data);
   };
@@ -151,6 +153,7 @@
       this.el(".s-elapsed").textContent = ms(end.elapsed);
       this.node.dataset.state = "done";
       this.node.dataset.tokens = String(n);
+      if (end.requestStart !== null) this.node.dataset.requestStartMs = end.requestStart.toFixed(1);
       this.node.dataset.elapsedMs = end.elapsed === null ? "" : end.elapsed.toFixed(1);
       this.node.dataset.tps = tps === null ? "" : tps.toFixed(3);
       this.node.dataset.ttftMs = ttft === null ? "" : ttft.toFixed(1);  // last: it says "finished"
@@ -246,7 +249,7 @@
     });
     // one warm keep-alive connection per pane, so no pane's request waits for a new one
     // (the server holds each hello a moment, so the browser cannot answer two on one connection)
-    await Promise.all(panes.map(() => fetch("/demo/hello", { cache: "no-store" }).then(r => r.json())));
+    await new Promise(resolve => { helloDone = resolve; reader.postMessage({ hello: panes.length }); });
     document.body.dataset.ready = "1";
     if (new URLSearchParams(location.search).get("autoplay") === "1") {
       playButton.textContent = "↻ Replay all";

@@ -5,6 +5,12 @@
 const active = new Map();  // pane -> generation
 
 self.onmessage = async (msg) => {
+  if (msg.data.hello) {  // warm connections, opened from here: the streams' requests start here too
+    await Promise.all(Array.from({ length: msg.data.hello }, () =>
+      fetch("/demo/hello", { cache: "no-store" }).then(r => r.json()).catch(() => null)));
+    self.postMessage({ hello: true });
+    return;
+  }
   const { pane, run, generation } = msg.data;
   active.set(pane, generation);
   const post = (data) => self.postMessage({ pane, generation, ...data });
@@ -42,7 +48,9 @@ self.onmessage = async (msg) => {
     const rest = parse(buffer);
     if (rest.some(i => i.type === "delta")) { last = performance.now(); if (first === null) first = last; }
     if (rest.length) post({ type: "items", items: rest, at: last - t0, first: first === null ? null : first - t0, last: last === null ? null : last - t0 });
-    post({ type: "end", ttft: first === null ? null : first - t0, span: first === null ? 0 : last - first,
+    const timing = performance.getEntriesByType("resource").filter(e => e.name.endsWith("/v1/messages")).pop();
+    performance.clearResourceTimings();
+    post({ type: "end", requestStart: timing ? timing.requestStart - t0 : null, ttft: first === null ? null : first - t0, span: first === null ? 0 : last - first,
            elapsed: last === null ? null : last - t0 });
   } catch (e) {
     if (active.get(pane) === generation) post({ type: "error", message: String(e && e.message || e) });
