@@ -15,7 +15,7 @@ import pytest
 from retimer.cache.entry import new_entry
 from retimer.cache.store import CacheStore
 from retimer.cli.demo_cmd import MAX_PANES, parse_panes, read_source
-from retimer.cli.demo_server import STATIC, DemoServer, Response, _batches
+from retimer.cli.demo_server import STATIC, DemoServer, Response, stream_batches
 from retimer.cli.demo_source import (
     Block,
     Source,
@@ -218,10 +218,10 @@ def test_content_server_over_http():
 
 def test_stream_is_written_in_batches_that_add_up():
     body = anthropic_stream(builtin())
-    pieces = _batches(Response(200, body, "text/event-stream"))
+    pieces = stream_batches(Response(200, body, "text/event-stream"))
     assert len(pieces) > 5 and b"".join(pieces) == body
     assert all(p.endswith(b"\n\n") for p in pieces)
-    assert _batches(Response(200, b"{}", "application/json")) == [b"{}"]
+    assert stream_batches(Response(200, b"{}", "application/json")) == [b"{}"]
 
 
 # -- the command -------------------------------------------------------------------------------

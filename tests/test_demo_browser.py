@@ -230,3 +230,24 @@ def test_no_network_from_the_page(chromium: Any, short_md: Path):
         wait_all_done(page, 30)
         assert urls and all(u.startswith(demo.url) for u in urls), urls
         page.close()
+
+
+def test_chromium_plays_a_cache_entry_with_a_tool_card(chromium: Any, tmp_path: Path):
+    """--cache DIR: an answer retimer cached (a real web-search tool call, then the answer); the
+    tool call is drawn as a card."""
+    from retimer.cache.entry import new_entry
+    from retimer.cache.store import CacheStore
+
+    rel = "anthropic/llm-anthropic-web-search-server-tool-citations.sse"
+    body = (FIXTURES / rel).read_bytes()
+    CacheStore(tmp_path / "cache").put("ab" * 32, new_entry(
+        200, "OK", [("content-type", "text/event-stream")], body, url="https://api.anthropic.com/v1/messages",
+        method="POST", protocol="anthropic-messages", created="2026-12-01T10:00:00+00:00"))
+    source = from_capture("anthropic-messages", body, rel).as_json()
+    assert [b["kind"] for b in source] == ["tool", "text"]
+    profiles = ["gpt-5-mini"]
+    with DemoCommand("--profiles", ",".join(profiles), "--cache", str(tmp_path / "cache"), "--seed", "3") as demo:
+        panes, page = chromium_run(chromium, demo, profiles, source, 60)
+        html = panes[0]["html"]
+        assert 'class="block tool"' in html and "tool call" in html and "San Francisco weather today" in html
+        page.close()

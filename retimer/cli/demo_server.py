@@ -124,7 +124,7 @@ class DemoServer:
                     headers.append(("content-length", str(len(answer.body))))
                 writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
                 if answer.body and method != "HEAD" and answer.status != 204:
-                    for piece in _batches(answer):
+                    for piece in stream_batches(answer):
                         writer.write(conn.send(h11.Data(data=piece)) or b"")
                         await writer.drain()
                         await asyncio.sleep(0.0005)  # a fast upstream, and the proxy's loop stays free
@@ -140,7 +140,7 @@ class DemoServer:
             writer.close()
 
 
-def _batches(answer: Response) -> list[bytes]:
+def stream_batches(answer: Response) -> list[bytes]:
     """A stream in writes of a few events each; anything else in one write."""
     if not answer.content_type.startswith("text/event-stream"):
         return [answer.body]
