@@ -30,12 +30,11 @@ import openai
 import pytest
 
 from retimer.profile.loader import builtin_profiles
-from retimer.profile.model import Profile
 from retimer.report.whatif import whatif
 from retimer.report.whatif_view import duration_text
 from tests.proxy import RetimerProxy, run_cli
 from tests.upstream import FakeLLM
-from tests.whatif_draws import monte_carlo
+from tests.whatif_draws import draws_for, monte_carlo
 
 CHROMIUM = "/usr/bin/chromium"
 TIMED = [p for p in builtin_profiles() if not p.passthrough]
@@ -139,14 +138,6 @@ def _session(starts: list[float], recorded: list[float], waits: list[float]) -> 
     return waiting, between + waiting
 
 
-def _draws(p: Profile) -> int:
-    """Enough draws that the mean of a TTFT-bound call is known to about 2.5 % (one standard
-    error): a heavy-tailed profile (claude-haiku's p99 is 7.6x its median) needs thousands."""
-    assert p.ttft is not None
-    q = p.ttft.jittered(p.jitter).ppf((np.arange(20_000) + 0.5) / 20_000)
-    return int(np.clip((q.std() / q.mean() / 0.025) ** 2, 300, 4000))
-
-
 def _whatif_json(log: Path, *args: str) -> dict[str, Any]:
     done = run_cli("whatif", str(log), "--json", *args)
     assert done.returncode == 0, done.stderr
@@ -190,7 +181,7 @@ def test_every_builtin_profile_within_ten_percent_of_real_draws(session: tuple) 
               bool(r["emitted"]["channels"].get("reasoning")), False) for r in recs]
     for i, (p, fig) in enumerate(zip(TIMED, s["profiles"], strict=True)):
         assert fig["profile"] == p.name
-        drawn = monte_carlo(p, calls, _draws(p), 100 + i)
+        drawn = monte_carlo(p, calls, draws_for(p), 100 + i)
         got = np.array(s["waits"][p.name])
         assert np.all(np.abs(got / drawn - 1) < 0.10), (p.name, got / drawn)
         waiting, total = _session(starts, recorded, drawn.tolist())

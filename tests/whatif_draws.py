@@ -56,3 +56,11 @@ def monte_carlo(p: Profile, calls: list[tuple], draws: int, seed: int) -> np.nda
 def expected(p: Profile, calls: list[tuple]) -> np.ndarray:
     cols = list(zip(*calls, strict=True))
     return expected_waits(p, Calls.of(*[list(c) for c in cols])).total
+
+
+def draws_for(p: Profile, error: float = 0.025) -> int:
+    """Enough draws that the mean of a TTFT-bound call is known to about `error` (one standard
+    error): a heavy-tailed profile (claude-haiku's p99 is 7.6x its median) needs thousands."""
+    assert p.ttft is not None
+    q = p.ttft.jittered(p.jitter).ppf((np.arange(20_000) + 0.5) / 20_000)
+    return int(np.clip((q.std() / q.mean() / error) ** 2, 300, 4000))
