@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -241,6 +242,17 @@ def test_command_errors_are_one_line(args: list[str], message: str):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_command_port_taken():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_cli("demo", "--port", str(port), "--no-browser")
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"retimer: error: --port: cannot listen on 127.0.0.1:{port}: "
+                                   "Address already in use (try --port 0 for any free port)")
 
 
 def test_command_help():

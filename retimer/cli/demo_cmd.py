@@ -10,6 +10,7 @@ it arrives: no timing happens in JavaScript.
 from __future__ import annotations
 
 import asyncio
+import socket
 import sys
 import webbrowser
 from dataclasses import dataclass
@@ -105,6 +106,16 @@ def pane_config(pane: Pane) -> dict[str, object]:
             "ttft_p50_ms": round(p.first_token_median() * 1000, 1)}
 
 
+def check_demo_port(port: int) -> None:
+    """A taken port in one line that names this command's flag (the proxy's says --listen-port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            fail(f"--port: cannot listen on 127.0.0.1:{port}: {e.strerror} (try --port 0 for any free port)")
+
+
 def read_source(text: str, cache: str, entry: str) -> Source:
     if entry and not cache:
         raise SourceError("--entry: needs --cache DIR")
@@ -127,6 +138,8 @@ def main(argv: list[str]) -> None:
         source = read_source(args.text, args.cache, args.entry)
     except (ProfileError, SourceError) as e:
         fail(str(e))
+    if args.port:
+        check_demo_port(args.port)
     try:
         asyncio.run(run_demo(panes, source, args.port, args.seed, not args.no_browser))
     except KeyboardInterrupt:
