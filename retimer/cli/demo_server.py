@@ -17,6 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 
 from retimer.cli.demo_source import ASSETS
+from retimer.proxy.loopback import LoopbackServer
 
 # the page, scripts and styles the server may send, with their media types
 STATIC = {
@@ -52,32 +53,18 @@ class Response:
     content_type: str = "application/json"
 
 
-class DemoServer:
+class DemoServer(LoopbackServer):
     """Answers the page's requests; `stream_body` is the SSE body every pane's request gets
     and `records(run)` the demo addon's records of one run."""
 
     def __init__(self, config: dict[str, Any], stream_body: bytes, warmup_body: bytes,
                  records: Callable[[str], list[dict[str, Any]]]) -> None:
+        super().__init__()
         self.config = json.dumps(config, ensure_ascii=False).encode()
         self.stream_body = stream_body
         self.warmup_body = warmup_body
         self.records = records
-        self.port = 0
         self.streams = 0  # stream requests answered
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
 
     def answer(self, method: str, target: str) -> Response:
         """The response to one request (the stream included: sent whole, the proxy times it)."""
@@ -105,39 +92,25 @@ class DemoServer:
             return Response(204, b"", "image/x-icon")
         return Response(404, b'{"error": "not found"}')
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                request = await _read_request(conn, reader)
-                if request is None:
-                    return
-                method, target = request
-                if target == HELLO_PATH:  # held, so the page's parallel hellos open one connection each
-                    await asyncio.sleep(HELLO_HOLD_S)
-                answer = self.answer(method, target)
-                headers = [("content-type", answer.content_type), *SECURITY_HEADERS]
-                if answer.content_type.startswith("text/event-stream"):
-                    headers.append(("transfer-encoding", "chunked"))
-                else:
-                    headers.append(("content-length", str(len(answer.body))))
-                writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
-                if answer.body and method != "HEAD" and answer.status != 204:
-                    for piece in stream_batches(answer):
-                        writer.write(conn.send(h11.Data(data=piece)) or b"")
-                        await writer.drain()
-                        await asyncio.sleep(0.0005)  # a fast upstream, and the proxy's loop stays free
-                writer.write(conn.send(h11.EndOfMessage()) or b"")
+    async def respond(self, request: h11.Request, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
+        method = request.method.decode("ascii", "replace")
+        target = request.target.decode("ascii", "replace")
+        if target == HELLO_PATH:  # held, so the page's parallel hellos open one connection each
+            await asyncio.sleep(HELLO_HOLD_S)
+        answer = self.answer(method, target)
+        headers = [("content-type", answer.content_type), *SECURITY_HEADERS]
+        if answer.content_type.startswith("text/event-stream"):
+            headers.append(("transfer-encoding", "chunked"))
+        else:
+            headers.append(("content-length", str(len(answer.body))))
+        writer.write(conn.send(h11.Response(status_code=answer.status, headers=headers)) or b"")
+        if answer.body and method != "HEAD" and answer.status != 204:
+            for piece in stream_batches(answer):
+                writer.write(conn.send(h11.Data(data=piece)) or b"")
                 await writer.drain()
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError):
-            writer.transport.abort()
-        finally:
-            self._writers.discard(writer)
-            writer.close()
+                await asyncio.sleep(0.0005)  # a fast upstream, and the proxy's loop stays free
+        writer.write(conn.send(h11.EndOfMessage()) or b"")
+        await writer.drain()
 
 
 def stream_batches(answer: Response) -> list[bytes]:
@@ -152,19 +125,3 @@ def stream_batches(answer: Response) -> list[bytes]:
 
 def _static(name: str) -> Response:
     return Response(200, (ASSETS / name).read_bytes(), STATIC[name])
-
-
-async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> tuple[str, str] | None:
-    """Read one whole request (its body is not needed); (method, target), or None when the
-    peer is gone."""
-    head: tuple[str, str] | None = None
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(await reader.read(65536))
-        elif isinstance(event, h11.Request):
-            head = (event.method.decode("ascii", "replace"), event.target.decode("ascii", "replace"))
-        elif isinstance(event, h11.EndOfMessage):
-            return head
-        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-            return None

@@ -41,6 +41,7 @@ from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
 from retimer.proxy.flows import destination_host, destination_url, request_body
 from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY
+from retimer.proxy.loopback import LoopbackServer
 from retimer.timing.pacer import StreamPacer
 
 logger = logging.getLogger("retimer")
@@ -64,32 +65,17 @@ class Hit:
         self.flow.metadata.pop(CACHE_TOKEN_KEY, None)
 
 
-class ReplayServer:
+class ReplayServer(LoopbackServer):
     """HTTP/1.1 on 127.0.0.1 (random port) answering each expected token with its entry."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pending: dict[str, Hit] = {}
-        self.port = 0
         self.served = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
+        super().stop()
         self.pending.clear()
-
-    @property
-    def running(self) -> bool:
-        return self._server is not None
 
     def expect(self, hit: Hit) -> str:
         token = secrets.token_urlsafe(24)
@@ -117,47 +103,15 @@ class ReplayServer:
             ("connection", "close")])
         return head, body
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        conn = h11.Connection(h11.SERVER)
-        try:
-            while True:
-                token = await _read_request(conn, reader)
-                if token is None:
-                    return
-                head, body = self._answer(self.pending.pop(token, None) if token else None)
-                data = conn.send(head) or b""
-                if body:
-                    data += conn.send(h11.Data(data=body)) or b""
-                data += conn.send(h11.EndOfMessage()) or b""
-                writer.write(data)
-                await writer.drain()
-                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
-                    return
-                conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError):
-            writer.transport.abort()
-        finally:
-            self._writers.discard(writer)
-            writer.close()
-
-
-async def _read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> str | None:
-    """Read one whole request; its token ("" if none), or None when the peer is gone."""
-    token: str | None = None
-    while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            conn.receive_data(await reader.read(65536))
-        elif isinstance(event, h11.Request):
-            token = ""
-            for name, value in event.headers:
-                if name == REPLAY_HEADER.encode():
-                    token = value.decode("latin-1")
-        elif isinstance(event, h11.EndOfMessage):
-            return token if token is not None else ""
-        elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
-            return None
+    async def respond(self, request: h11.Request, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
+        token = next((v.decode("latin-1") for k, v in request.headers if k == REPLAY_HEADER.encode()), "")
+        head, body = self._answer(self.pending.pop(token, None) if token else None)
+        data = conn.send(head) or b""
+        if body:
+            data += conn.send(h11.Data(data=body)) or b""
+        data += conn.send(h11.EndOfMessage()) or b""
+        writer.write(data)
+        await writer.drain()
 
 
 class ResponseCache:
