@@ -52,7 +52,7 @@ def test_profiles_with_per_pane_overrides():
 
 @pytest.mark.parametrize("spec, words", [
     ("nope", ["'nope'"]),
-    ("gpt-5:tps", ["'gpt-5:tps'", "KEY=VALUE"]),
+    ("gpt-5:tps", ["'gpt-5:tps'", "key=value"]),
     ("gpt-5:color=red", ["'gpt-5:color=red'", "ttft, tps"]),
     ("gpt-5:tps=fast", ["'gpt-5:tps=fast'"]),
     ("cerebras,,o3", ["empty item"]),

@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.demo_source import Source, SourceError, builtin, from_cache, from_text_file
+from retimer.profile.loader import OVERRIDE_KEYS, parse_profile_spec, profile_specs
 from retimer.profile.model import Profile, ProfileError
 
 DEFAULT_PROFILES = "cerebras,groq,gpt-5,o3,human-reading"
 DEFAULT_PORT = 8765
 MAX_PANES = 6  # a browser opens at most 6 HTTP/1.1 connections to one origin
-OVERRIDES = ("ttft", "tps", "jitter", "speed", "thinking")
 
 
 def demo_parser() -> OneLineParser:
@@ -39,7 +39,7 @@ def demo_parser() -> OneLineParser:
     p.add_argument("--profiles", default=DEFAULT_PROFILES, metavar="LIST",
                    help="comma-separated profiles, one pane each, as `retimer profiles` names them; "
                    "per-pane overrides after colons: gpt-5:tps=40, o3:thinking=high:ttft=2s "
-                   f"(keys: {', '.join(OVERRIDES)}; default: {DEFAULT_PROFILES}; at most {MAX_PANES})")
+                   f"(keys: {', '.join(OVERRIDE_KEYS)}; default: {DEFAULT_PROFILES}; at most {MAX_PANES})")
     source = p.add_mutually_exclusive_group()
     source.add_argument("--text", metavar="FILE", default="", help="play this markdown file as the answer")
     source.add_argument("--cache", metavar="DIR", default="",
@@ -67,26 +67,19 @@ class Pane:
 
 
 def parse_panes(specs: str, defaults: dict[str, str]) -> list[Pane]:
-    """`cerebras,gpt-5:tps=40` as panes; a bad spec raises ProfileError naming it."""
+    """`cerebras,gpt-5:tps=40` as panes (the grammar of `retimer whatif --profiles`:
+    retimer.profile.loader.parse_profile_spec); a bad spec raises ProfileError naming it."""
     from retimer.proxy.addon import build_profile
 
-    panes: list[Pane] = []
-    items = [s.strip() for s in specs.split(",")]
-    if not any(items):
+    if not specs.strip():
         raise ProfileError("--profiles: name at least one profile")
-    for item in items:
-        if not item:
-            raise ProfileError(f"--profiles: {specs!r} has an empty item")
-        name, *pairs = item.split(":")
-        values = dict(defaults)
-        for pair in pairs:
-            key, eq, value = pair.partition("=")
-            if key.strip() not in OVERRIDES or not eq or not value.strip():
-                raise ProfileError(f"--profiles: {item!r}: expected NAME:KEY=VALUE with KEY one of "
-                                   f"{', '.join(OVERRIDES)}, got {pair!r}")
-            values[key.strip()] = value.strip()
+    if any(not s.strip() for s in specs.split(",")):
+        raise ProfileError(f"--profiles: {specs!r} has an empty item")
+    panes: list[Pane] = []
+    for item in profile_specs(specs):
         try:
-            profile = build_profile(name.strip(), **values)
+            name, overrides = parse_profile_spec(item)
+            profile = build_profile(name, **{**defaults, **overrides})
         except ProfileError as e:
             raise ProfileError(f"--profiles: {item!r}: {e}") from None
         if profile.passthrough:
@@ -132,7 +125,7 @@ def main(argv: list[str]) -> None:
         fail(f"--port: {args.port} is not a port number")
     if args.seed is not None and args.seed < 0:
         fail(f"--seed: expected a number >= 0, got {args.seed}")
-    defaults = {k: getattr(args, k) for k in OVERRIDES if getattr(args, k)}
+    defaults = {k: getattr(args, k) for k in OVERRIDE_KEYS if getattr(args, k)}
     try:
         panes = parse_panes(args.profiles, defaults)
         source = read_source(args.text, args.cache, args.entry)

@@ -19,7 +19,7 @@ from retimer.profile.schema import parse_document
 from retimer.profile.units import ProfileError, show
 
 __all__ = ["OVERRIDE_KEYS", "builtin_dir", "builtin_profiles", "load_profile", "load_profile_spec",
-           "profile_specs", "read_yaml"]
+           "parse_profile_spec", "profile_specs", "read_yaml"]
 
 OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")  # Profile.with_overrides
 
@@ -119,8 +119,9 @@ def load_profile(name_or_path: str) -> Profile:
 
 
 def profile_specs(text: str) -> list[str]:
-    """A comma-separated list of profile specs (`cerebras,gpt-5:tps=40,thinking=high,o3`):
-    an item with `=` and no `:` is one more override of the spec before it."""
+    """A comma-separated list of profile specs (`cerebras,gpt-5:tps=40:thinking=high,o3`); an
+    item with `=` and no `:` is one more override of the spec before it, so
+    `gpt-5:tps=40,thinking=high` reads as one spec too."""
     specs: list[str] = []
     for item in (x.strip() for x in text.split(",")):
         if not item:
@@ -132,14 +133,15 @@ def profile_specs(text: str) -> list[str]:
     return specs
 
 
-def load_profile_spec(spec: str) -> Profile:
-    """A profile with overrides: `NAME_OR_PATH[:key=value[,key=value]]`, keys ttft, tps, jitter,
-    speed, thinking (as the --ttft ... options): `gpt-5:tps=40`, `o3:thinking=high`."""
-    name, sep, rest = spec.strip().rpartition(":")
-    if not sep or "=" not in rest:
-        return load_profile(spec)
+def parse_profile_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """`NAME_OR_PATH[:key=value...]` as (name, overrides); overrides are separated by `:` or
+    `,` (`o3:thinking=high:ttft=2s`, `gpt-5:tps=40,thinking=high`), keys as the --ttft ...
+    options. A bad key or an empty value raises ProfileError naming the spec."""
+    name, sep, rest = spec.strip().partition(":")
+    if not sep:
+        return name, {}
     overrides: dict[str, str] = {}
-    for item in (x.strip() for x in rest.split(",")):
+    for item in (x.strip() for x in rest.replace(":", ",").split(",")):
         key, eq, value = item.partition("=")
         key = key.strip().lower()
         if not eq or key not in OVERRIDE_KEYS or not value.strip():
@@ -148,6 +150,14 @@ def load_profile_spec(spec: str) -> Profile:
             raise ProfileError(f"{spec}: bad override {item!r} ({near}give key=value with "
                                f"key one of {', '.join(OVERRIDE_KEYS)})")
         overrides[key] = value.strip()
+    return name.strip(), overrides
+
+
+def load_profile_spec(spec: str) -> Profile:
+    """A profile with overrides (`parse_profile_spec`): `gpt-5:tps=40`, `o3:thinking=high`."""
+    name, overrides = parse_profile_spec(spec)
+    if not overrides:
+        return load_profile(name)
     try:
         return load_profile(name).with_overrides(**overrides)
     except ProfileError as e:
