@@ -445,3 +445,23 @@ def test_lone_surrogate_text_still_splits_into_valid_utf8() -> None:
     for piece in out:
         piece.decode("utf-8")
     assert channel_texts(events_of(b"".join(out))) == {TEXT: "a\ud83db"}
+
+
+def test_split_lazily_gives_the_bytes_of_split_one_piece_at_a_time() -> None:
+    text = "".join(f" w{i}" for i in range(1000))
+    raw = chunk({"content": text}, choice={"finish_reason": "stop"}, newline="\r\n",
+                usage={"prompt_tokens": 1, "completion_tokens": 1000, "total_tokens": 1001})
+    pieces = [f" w{i}" for i in range(1000)]
+    made: list[str] = []
+
+    class Counting(OpenAIChatAdapter):
+        def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
+            made.append(piece)
+            return super().piece(target, piece, first=first, last=last)
+
+    adapter = Counting()
+    lazy = adapter.split_lazily(only(raw), pieces)
+    assert made == []  # nothing serialised before it is asked for
+    first_two = [next(lazy), next(lazy)]
+    assert made == pieces[:2]
+    assert first_two + list(lazy) == OpenAIChatAdapter().split(only(raw), pieces)

@@ -378,3 +378,11 @@ def test_pacer_fail_open_after_renumbering_keeps_bytes() -> None:
     pacer.finish(now=0.0)
     out = b"".join(e.data for e in pacer.pop_all())
     assert pacer.failure and out.endswith(raw[cut:])  # the unparsed tail, as it came
+
+
+def test_split_lazily_keeps_the_renumbered_split() -> None:
+    """The Responses adapter rewrites its pieces as a whole (it renumbers): lazily, it splits
+    at once, the same bytes as split()."""
+    lazy, eager = A(), A()
+    (_, event, *_), (_, same, *_) = lazy.feed(_stream()), eager.feed(_stream())
+    assert list(lazy.split_lazily(event, ["a", "bc"])) == eager.split(same, ["a", "bc"])

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retimer.timing.pacer import PacerState, StreamPacer
+from retimer.timing.strategy import Strategy
 from retimer.wire.protocols.base import Adapter, AdapterError, Channel, Event, RequestShape
 from retimer.wire.tokenizer import split_tokens
 
@@ -356,21 +357,71 @@ def test_a_10k_token_burst_is_parsed_as_its_tokens_fall_due() -> None:
     assert 500 < adapter.parsed < 2_000
 
 
+class LazyLineAdapter(CountingLineAdapter):
+    """Serialises a split event's pieces one at a time, as they are taken, and counts them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.serialised = 0
+
+    def split_lazily(self, event: Event, pieces: Sequence[str]) -> Iterator[bytes]:
+        assert "".join(pieces) == event.text
+        for p in pieces:
+            self.serialised += 1
+            yield b"T:" + p.encode() + b"\n"
+
+    def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        return list(self.split_lazily(event, pieces))
+
+
+def test_a_10k_token_event_is_split_as_its_tokens_fall_due() -> None:
+    words = " w" * 10_000
+    adapter = LazyLineAdapter()
+    pacer = StreamPacer(adapter, FixedTiming(0.4, 0.0002), start=0.0)
+    pacer.feed(b"T:" + words.encode() + b"\nend\n", now=0.01)
+    pacer.finish(now=0.02)
+    first = pacer.next_due()
+    assert first == pytest.approx(0.4)
+    assert [e.data for e in pacer.pop_due(first)] == [b"T: w\n"]
+    assert adapter.serialised < 10  # not the 10,000 pieces: they are cut as they fall due
+    assert pacer.buffered > len(words)  # what is not cut yet still counts as held
+    rest = pacer.pop_due(first + 0.1)  # 500 more tokens due
+    assert len(rest) == 500 and adapter.serialised < 600
+    out = pacer.pop_all()
+    assert text_of(b"".join(e.data for e in out)) == words[501 * 2:]
+    assert out[-1].data == b"end\n" and pacer.done and pacer.buffered == 0
+
+
+def test_a_split_event_waiting_for_its_tokens_keeps_its_place_when_the_upstream_breaks() -> None:
+    for strategy in Strategy:
+        pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.4, 0.01), start=0.0, strategy=strategy)
+        pacer.feed(b"T:" + b" w" * 100 + b"\nT: partial", now=0.01)
+        out = pacer.abort(0.02)
+        assert b"".join(e.data for e in out).endswith(b"T: w\nT: partial")
+        assert text_of(b"".join(e.data for e in out[:-1])) == " w" * 100
+
+
 @given(
     n=st.integers(1, 3000),
     chunk=st.integers(1, 5),
     cuts=st.lists(st.integers(0, 40_000), max_size=4),
     step=st.floats(0.0005, 0.05),
+    long_every=st.integers(2, 400),
 )
 @settings(max_examples=40, deadline=None)
 def test_parsing_as_due_gives_the_schedule_of_parsing_at_once(
-    n: int, chunk: int, cuts: list[int], step: float
+    n: int, chunk: int, cuts: list[int], step: float, long_every: int
 ) -> None:
-    body = b"".join(b"T: w%d\n" % i if i % 7 else b"note\n" for i in range(n))
+    def line(i: int) -> bytes:
+        if i % long_every == 0:
+            return b"T:" + b" long" * (i % 97 + 2) + b"\n"  # an event of many tokens: split
+        return b"T: w%d\n" % i if i % 7 else b"note\n"
+
+    body = b"".join(line(i) for i in range(n))
     bounds = sorted({0, len(body), *(c for c in cuts if c < len(body))})
 
     def fed() -> StreamPacer:
-        pacer = StreamPacer(LineAdapter(), FixedTiming(0.05, 0.001, chunk), start=0.0)
+        pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.05, 0.001, chunk), start=0.0)
         for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
             pacer.feed(body[a:b], now=0.001 * i)
         pacer.finish(now=0.01)

@@ -4,6 +4,10 @@ The pacer parses with a protocol adapter, cuts token text into BPE-like pieces, 
 consecutive tokens into network events of the profile's size (splitting upstream events where
 a group ends inside one), and gives each group the due time of its last token. Groups and
 non-token events stay in upstream order; the caller pops what is due and reports when it went.
+That work is done as the schedule needs it, not when bytes arrive: what arrived waits in the
+stream's backlog (`retimer.timing.backlog`) and is parsed, and a split event serialised, only
+as far as what is due by now and the next emission (a 10k-token burst costs about a
+millisecond before its first token, not a third of a second); the result is the same.
 
 Faults and bounds are decided here too, without I/O, and `state` (a `PacerState`) says where
 the stream stands: the adapter failing turns it UNPARSED, `cap_reached` (a buffer cap) CAPPED,
@@ -16,10 +20,11 @@ emission released early (the one thing "release" means here).
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from enum import StrEnum
 
-from retimer.timing.backlog import Backlog
+from retimer.timing.backlog import Backlog, PendingSplit
 from retimer.timing.metrics import StreamStats
 from retimer.timing.outbox import Emission, Outbox
 from retimer.timing.scheduler import PassthroughScheduler, Scheduler, TokenClock
@@ -139,20 +144,31 @@ class StreamPacer:
             self._outbox.push(Emission(now, data, 0, None))
 
     def _pump(self, until: float, *, queued: bool = False) -> None:
-        """Parse the backlog as far as the schedule needs: until everything due by `until` is
-        scheduled (and, with `queued`, at least one emission is queued); then, once the
-        backlog is empty after the upstream ended, the adapter's end."""
+        """Work through the backlog as far as the schedule needs: until everything due by
+        `until` is scheduled (and, with `queued`, at least one emission is queued). In order:
+        the pieces of a split event (one network event at a time), the events parsed, the
+        bytes (a slice at a time), then, after the upstream ended, the adapter's end."""
         backlog, outbox = self._backlog, self._outbox
-        while backlog and self.state is PacerState.PACING and (
+        while self.state is PacerState.PACING and (
             outbox.horizon <= until or (queued and not outbox.pending)
         ):
-            data, arrival = backlog.take()
-            self._read(self._feed_adapter, arrival, data, arrival)
-        if not backlog and backlog.end_at is not None:
-            end, backlog.end_at = backlog.end_at, None
-            if self.state is PacerState.PACING:
-                self._read(lambda: self._end_adapter(end), end)
-            self._close_open()
+            if backlog.split is not None:
+                self._read(self._split_step, backlog.split.arrival)
+            elif backlog.events:
+                event, arrival = backlog.events.popleft()
+                self._read(self._accept, arrival, event, arrival)
+            elif backlog:
+                data, arrival = backlog.take()
+                self._read(self._feed_adapter, arrival, data, arrival)
+            elif backlog.end_at is not None:
+                end, backlog.end_at = backlog.end_at, None
+                self._read(self._end_adapter, end, end)
+            else:
+                break
+        if self.state is not PacerState.PACING:
+            backlog.end_at = None  # nothing left to parse: the adapter's end is moot
+        if self._ended and backlog.end_at is None and backlog.drained:
+            self._close_open()  # the upstream's end closes the last network event
 
     def _read(self, step: Callable[..., None], now: float, *args: object) -> None:
         """Run `step`, which calls the adapter. If the adapter fails, parsing stops and the
@@ -168,8 +184,7 @@ class StreamPacer:
             self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
 
     def _feed_adapter(self, data: bytes, now: float) -> None:
-        for event in self.adapter.feed(data):
-            self._accept(event, now)
+        self._backlog.events.extend((event, now) for event in self.adapter.feed(data))
 
     def _end_adapter(self, now: float) -> None:
         for event in self.adapter.end():
@@ -200,7 +215,12 @@ class StreamPacer:
             self.state = state
         self.failure = reason
         self._held = None  # held events' bytes are still in _unparsed: they go out below
-        self._backlog.clear()  # its bytes too
+        self._backlog.clear()  # the backlog's bytes and events too
+        if self._backlog.split is not None:  # the pieces already cut go first, if they can
+            try:
+                self._drain_split()
+            except Exception:
+                self._backlog.split = None
         self._close_open()
         if self._unparsed:
             self._outbox.push(Emission(now, bytes(self._unparsed), 0, None))
@@ -228,6 +248,7 @@ class StreamPacer:
             self._pump(float("inf"))
             if self._held is not None:
                 self._read(lambda: self._schedule_held(now), now)
+            self._pump(float("inf"))  # the last held event's pieces, before the partial one
             self._close_open()
             if self._unparsed:
                 self._outbox.push(Emission(now, bytes(self._unparsed), 0, None))
@@ -247,12 +268,13 @@ class StreamPacer:
     def buffered(self) -> int:
         """Bytes this stream keeps: received and not yet popped, plus the cache's copy."""
         captured = len(self.captured) if self.captured is not None else 0
-        return self._outbox.queued_bytes + len(self._unparsed) + captured
+        split = self._backlog.split.size if self._backlog.split is not None else 0
+        return self._outbox.queued_bytes + len(self._unparsed) + split + captured
 
     @property
     def holding(self) -> bool:
         """Bytes have arrived that the client has not been given yet."""
-        return not self._outbox.empty or bool(self._unparsed)
+        return not self._outbox.empty or bool(self._unparsed) or self._backlog.split is not None
 
     def idle(self, now: float, release_early: bool = False) -> list[Emission]:
         """The client has had nothing for a while and bytes are held: keep it alive.
@@ -320,7 +342,7 @@ class StreamPacer:
     @property
     def done(self) -> bool:
         """The upstream has ended and nothing is left to send."""
-        return self._ended and not self._backlog and self._backlog.end_at is None \
+        return self._ended and self._backlog.drained and self._backlog.end_at is None \
             and not self._outbox.pending
 
     @property
@@ -372,6 +394,8 @@ class StreamPacer:
 
     def _event(self, event: Event, now: float, not_before: float | None = None) -> None:
         """Schedule one event that arrived at `now`, not to leave before `not_before`."""
+        if self._backlog.split is not None:
+            self._drain_split()  # the split event before it is scheduled whole first
         size = len(event.raw) if event.upstream_size is None else event.upstream_size
         del self._unparsed[:size]
         arrival = now
@@ -418,11 +442,30 @@ class StreamPacer:
             piece_tokens.append(len(cur))
             closes.append(False)
             dues.append(self.scheduler.last_due or now)
-        datas = [event.raw] if len(pieces) == 1 else self.adapter.split(event, pieces)
-        for data, n, close, due in zip(datas, piece_tokens, closes, dues, strict=True):
-            self._outbox.add_piece(data, n, due, channel)
+        datas = iter((event.raw,)) if len(pieces) == 1 else self.adapter.split_lazily(event, pieces)
+        plan = deque(zip(piece_tokens, closes, dues, strict=True))
+        self._backlog.split = PendingSplit(datas, plan, channel, size, arrival)
+        self._split_step()  # the first network event now; the rest as the schedule needs it
+
+    def _split_step(self) -> None:
+        """Schedule the pieces of the split event up to the end of a network event."""
+        split = self._backlog.split
+        assert split is not None
+        plan = split.plan
+        while plan:
+            n, close, due = plan[0]
+            data = next(split.datas)
+            plan.popleft()
+            self._outbox.add_piece(data, n, due, split.channel)
             if close:
                 self._outbox.close_open()  # its successor's size is drawn already
+                break
+        if not plan:
+            self._backlog.split = None
+
+    def _drain_split(self) -> None:
+        while self._backlog.split is not None:
+            self._split_step()
 
     def _visible_reasoning(self) -> None:
         """The stream shows its reasoning, paced token by token: no hidden thinking time."""

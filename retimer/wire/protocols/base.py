@@ -11,7 +11,7 @@ through unchanged); any other exception from an adapter is a bug.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -145,6 +145,13 @@ class Adapter(ABC):
         appear once (ids and names on the first, finish reasons and usage on the last) are
         placed where the format expects them.
         """
+
+    def split_lazily(self, event: Event, pieces: Sequence[str]) -> Iterator[bytes]:
+        """The bytes of `split(event, pieces)`, one piece at a time, serialised as they are
+        taken: the pacer takes them as they fall due (a 10k-token event is not serialised
+        whole before its first token). This default splits at once; adapters that can do
+        better override it."""
+        return iter(self.split(event, pieces))
 
 
 def check_split(event: Event, pieces: Sequence[str]) -> None:

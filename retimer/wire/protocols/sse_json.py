@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from retimer.wire.protocols import jsontext
@@ -70,24 +70,32 @@ class SSEJSONAdapter(Adapter):
         """The JSON object of one piece of a split event."""
 
     def split(self, event: Event, pieces: Sequence[str]) -> list[bytes]:
+        return list(self._pieces(event, pieces))
+
+    def split_lazily(self, event: Event, pieces: Sequence[str]) -> Iterator[bytes]:
+        """Each piece serialised when it is taken (unless `split` is rewritten: a subclass that
+        renumbers its pieces, an instrumented instance); then all at once, by that `split`."""
+        if getattr(self.split, "__func__", None) is not SSEJSONAdapter.split:
+            return iter(self.split(event, pieces))
+        return self._pieces(event, pieces)
+
+    def _pieces(self, event: Event, pieces: Sequence[str]) -> Iterator[bytes]:
         check_split(event, pieces)
         target: JSONTarget[SSEEvent] = event.payload
         if len(pieces) == 1:
-            return [event.raw]
+            yield event.raw
+            return
         sse = target.frame
         last = len(pieces) - 1
-        out = [
-            format_event(
+        for i, piece in enumerate(pieces):
+            data = format_event(
                 sse.event,
                 dumps(self.piece(target, piece, first=i == 0, last=i == last)),
                 sse.newline,
                 event_id=sse.id if i == last else None,
                 retry=sse.retry if i == 0 else None,
             )
-            for i, piece in enumerate(pieces)
-        ]
-        out[0] = sse.preamble + out[0]
-        return out
+            yield sse.preamble + data if i == 0 else data
 
 
 def dumps(obj: Any) -> str:
