@@ -1,0 +1,183 @@
+"""CPU per event, side by side in one run: `.venv/bin/python -m bench.cpu [--rounds N] [--cprofile DIR]`.
+
+Issue 15's measure for a cheaper proxy. Three routes through the same fake upstream, measured
+round by round in rotating order so the machine's load falls on all of them alike:
+- `mitmdump`: plain mitmdump streaming the body through (the floor);
+- `passthrough`: retimer with `--profile passthrough` on the same streams (target: <= 1.1x);
+- `paced`: retimer re-timing concurrent streams, one token per network event.
+CPU is the proxy process's (user + system, /proc schedstat) from the first request to the last
+byte, divided by the SSE events the client received. Also, in this process: the CPU from a
+10,000-token burst arriving in one chunk to its first emission (the pacer alone). To compare
+commits, run this from each checkout (a git worktree with PYTHONPATH pointing at it).
+`--cprofile DIR` runs both retimer routes under cProfile and writes DIR/<route>.prof (the
+figures then include the profiler's cost: use them for where the time goes, not for how much).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.harness import (
+    Client,
+    FakeLLM,
+    Mitmdump,
+    RetimerProxy,
+    cpu_seconds,
+    make_openai_stream,
+    progress,
+    prose,
+    stream_spec,
+)
+
+PASS_TOKENS, PASS_STREAMS = 300, 4  # per round: sequential streams, one word per event 2 ms apart
+PACED_TOKENS, PACED_STREAMS, PACED_TPS = 200, 20, "100"  # per round: concurrent, fast upstream
+BURST_TOKENS = 10_000
+
+
+class ProfiledRetimer(RetimerProxy):
+    """`retimer` under cProfile (the stats are written when it exits on SIGTERM)."""
+
+    def __init__(self, tmp: Path, out: Path, *args: str) -> None:
+        super().__init__(tmp, *args)
+        self.profile_out = out
+
+    def start(self, timeout: float = 30.0) -> RetimerProxy:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cProfile", "-o", str(self.profile_out), "-m", "retimer",
+                 *self.args], stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise TimeoutError(f"retimer did not listen: {self.stderr()}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+
+
+def burst_first_emission_ms(repeat: int = 5) -> dict[str, float]:
+    """CPU ms (best of `repeat`) from a 10k-token OpenAI burst arriving in one chunk to the
+    pacer's first emission: as 10k one-token events, and as one event carrying 10k tokens."""
+    from retimer.proxy.addon import build_profile
+    from retimer.timing.pacer import StreamPacer
+    from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
+
+    text = prose(BURST_TOKENS, 5)
+    bodies = {"events": make_openai_stream(text, words_per_chunk=1),
+              "one_event": make_openai_stream(text, words_per_chunk=10**9)}
+    profile = build_profile("human-reading", "400ms", "5000", "0")
+    out = {}
+    for name, body in bodies.items():
+        best = float("inf")
+        for i in range(repeat):
+            pacer = StreamPacer(OpenAIChatAdapter(), profile.stream_timing(np.random.default_rng(i)), 0.0)
+            c0 = time.process_time()
+            pacer.feed(body, 0.0)
+            pacer.finish(0.0)
+            first = pacer.next_due()
+            pacer.pop_due(first if first is not None else 0.0)
+            best = min(best, time.process_time() - c0)
+        out[name] = best * 1000
+    return out
+
+
+def _events(results: list[dict[str, Any]]) -> int:
+    return sum(len(r["events"]) for r in results)
+
+
+def measure(rounds: int, cprofile: Path | None, tmp: Path) -> dict[str, Any]:
+    """CPU per event of each route, summed over `rounds` rounds in rotating order."""
+    cpu: dict[str, float] = {"mitmdump": 0.0, "passthrough": 0.0, "paced": 0.0}
+    events: dict[str, int] = dict.fromkeys(cpu, 0)
+    paced_args = ("--profile", "human-reading", "--tps", PACED_TPS, "--ttft", "100ms",
+                  "--jitter", "0", "--seed", "7", "--quiet")
+
+    (tmp / "mitmdump").mkdir(parents=True, exist_ok=True)
+
+    def retimer(name: str, *args: str) -> RetimerProxy:
+        d = tmp / name
+        if cprofile is None:
+            return RetimerProxy(d, *args)
+        return ProfiledRetimer(d, cprofile / f"{name}.prof", *args)
+
+    with FakeLLM(bursts=3) as fake, Client() as client, Mitmdump(tmp / "mitmdump") as md, \
+            retimer("passthrough", "--profile", "passthrough", "--quiet") as rt_pass, \
+            retimer("paced", *paced_args) as rt_paced:
+        assert md.proc and rt_pass.proc and rt_paced.proc
+        pass_body = make_openai_stream(prose(PASS_TOKENS, 9), words_per_chunk=1)
+        paced_body = make_openai_stream(prose(PACED_TOKENS, 11), words_per_chunk=3)
+        routes = {"mitmdump": (md.url, md.proc.pid), "passthrough": (rt_pass.url, rt_pass.proc.pid),
+                  "paced": (rt_paced.url, rt_paced.proc.pid)}
+
+        def play(name: str, tag: str) -> None:
+            url, pid = routes[name]
+            if name == "paced":
+                fake.per_event_gap, fake.openai_body = None, paced_body
+                specs = [stream_spec(fake, "openai", f"{tag}-{i}", warmup=False)
+                         for i in range(PACED_STREAMS)]
+                concurrent = True
+            else:
+                fake.per_event_gap, fake.openai_body = 0.002, pass_body
+                specs = [stream_spec(fake, "openai", f"{tag}-{i}", warmup=False)
+                         for i in range(PASS_STREAMS)]
+                concurrent = False
+            c0 = cpu_seconds(pid)
+            results = client.streams(url, specs, concurrent=concurrent)
+            if not tag.startswith("warm"):
+                cpu[name] += cpu_seconds(pid) - c0
+                events[name] += _events(results)
+            fake.clear()
+
+        names = list(routes)
+        for name in names:
+            play(name, f"warm-{name}")
+        for r in range(rounds):
+            progress(f"cpu: round {r + 1} of {rounds}")
+            for name in names[r % 3:] + names[: r % 3]:
+                play(name, f"{name}-{r}")
+    us = {n: cpu[n] / max(1, events[n]) * 1e6 for n in cpu}
+    return {"rounds": rounds, "events": events, "cpu_s": cpu, "cpu_us_per_event": us,
+            "passthrough_over_mitmdump": us["passthrough"] / us["mitmdump"],
+            "paced_over_mitmdump": us["paced"] / us["mitmdump"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cprofile", type=Path, metavar="DIR",
+                    help="run the retimer routes under cProfile, stats into DIR")
+    ap.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
+    args = ap.parse_args()
+    if args.cprofile:
+        args.cprofile.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    res: dict[str, Any] = {"burst_first_emission_cpu_ms": burst_first_emission_ms()}
+    with tempfile.TemporaryDirectory(prefix="retimer-cpu-") as td:
+        res.update(measure(args.rounds, args.cprofile, Path(td)))
+    print(json.dumps(res, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()
