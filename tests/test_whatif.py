@@ -220,3 +220,13 @@ def test_a_study_log_is_one_session_per_participant(tmp_path: Path) -> None:
         sum(s["recorded"]["total_s"] for s in doc["sessions"]))
     doc = json.loads(run_cli("whatif", str(log), "--json", "--by", "conversation").stdout)
     assert len(doc["sessions"]) == 12 and len(doc["profiles"]) == len(TIMED)
+
+
+@pytest.mark.parametrize("seconds, text", [
+    (0.4, "400 ms"), (0.9996, "1.00 s"), (1.3, "1.30 s"), (9.994, "9.99 s"), (9.996, "10.0 s"),
+    (59.96, "1 min 00 s"), (65, "1 min 05 s"), (4000, "1 h 07 min"),
+])
+def test_durations_read_at_a_glance(seconds: float, text: str) -> None:
+    from retimer.report.whatif_view import duration_text
+
+    assert duration_text(seconds) == text

@@ -48,10 +48,10 @@ def _fig(f: Figures) -> tuple[float, float, float]:
 
 def duration_text(seconds: float) -> str:
     """A duration people read at a glance: 850 ms, 12.4 s, 3 min 05 s, 2 h 04 min."""
-    if seconds < 1:
+    if round(seconds * 1000) < 1000:
         return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.3g} s" if seconds < 10 else f"{seconds:.1f} s"
+    if round(seconds, 1) < 60:
+        return f"{seconds:.2f} s" if round(seconds, 2) < 10 else f"{seconds:.1f} s"
     if seconds < 3600:
         m, s = divmod(round(seconds), 60)
         return f"{m} min {s:02d} s"
