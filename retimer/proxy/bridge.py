@@ -5,8 +5,9 @@ mitmproxy's public `flow.response.stream` callable runs only when upstream data 
 can neither emit on a timer nor split one upstream chunk into several timed writes. For a paced
 flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes into the
 stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
-`RequestWakeup` we asked for comes back as `Wakeup`, and `ResponseEndOfMessage` is held until
-the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+`RequestWakeup` we asked for comes back as `Wakeup` (after a stream's first, the bridge's own
+loop timers deliver them: bridge_timers), and `ResponseEndOfMessage` is held until the last
+byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
 which holds the paced streams and what they hold. WebSocket messages are paced with public
 hooks; the server's later events wait behind held messages (`WebSocketOrder`, in
