@@ -12,13 +12,22 @@ from retimer.cli.proxy_options import ProxyConfig
 
 
 def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
-    """The banner on stdout; `opts` are mitmproxy's options, `addon` the Retimer addon."""
+    """The banner on stdout; `opts` are mitmproxy's options, `addon` the Retimer addon (both
+    None in the parent of `--workers N`, which has no proxy of its own: it reads `config`)."""
     from rich.console import Console
 
-    profile = addon.profile
+    if addon is None:
+        from retimer.proxy.addon import build_profile
+
+        profile = build_profile(config.profile, config.ttft, config.tps, config.jitter,
+                                config.speed, config.thinking)
+        seed: object = "drawn per worker" if config.seed is None else config.seed
+        confdir = config.confdir
+    else:
+        profile, seed = addon.profile, addon.seed
+        confdir = Path(os.path.expanduser(opts.confdir))
     from retimer.proxy.certs import CA_FILE, write_bundle
 
-    confdir = Path(os.path.expanduser(opts.confdir))
     ca = confdir / CA_FILE
     bundle = write_bundle(confdir)
     proxy = f"http://{config.listen_host}:{config.listen_port}"
@@ -28,6 +37,9 @@ def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
     ttft = first_token_text(profile)  # the median wait for the first token, thinking included
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
+    if config.workers > 1:
+        console.print(f"  workers  {config.workers} processes on this one port, balanced by the kernel "
+                      "(SO_REUSEPORT)")
     if config.listen_host not in ("127.0.0.1", "localhost", "::1"):
         console.print(
             f"  [bold red]warning[/bold red]: {config.listen_host} is reachable from other machines; "
@@ -37,7 +49,7 @@ def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
         for line in config.study_banner:
             console.print(line, markup=False)
     else:
-        console.print(f"  profile  {profile.effective_name}: TTFT {ttft}, {rate}, seed {addon.seed}")
+        console.print(f"  profile  {profile.effective_name}: TTFT {ttft}, {rate}, seed {seed}")
         if not profile.passthrough:
             console.print(f"  thinking {thinking_text(profile)}", markup=False)
     extras = [f"strategy {config.strategy}"] if config.strategy != "live" else []

@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     if argv and not argv[0].startswith("-"):  # no subcommand, and the proxy takes no words
         fail(unknown_command(argv[0]))
     config = ProxyConfig.from_args(proxy_parser().parse_args(argv))
+    if config.workers > 1:
+        from retimer.cli.workers import run_workers
+
+        raise SystemExit(asyncio.run(run_workers(config)))
     from retimer.cli.proxy_runner import run_proxy
 
     try:

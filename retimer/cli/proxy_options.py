@@ -61,6 +61,9 @@ def proxy_parser() -> OneLineParser:
                    help="also intercept TLS for hosts matching REGEX (host:port), repeatable")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set a mitmproxy option, e.g. --set ssl_insecure=true (repeatable)")
+    p.add_argument("--workers", metavar="N", default="1",
+                   help="N proxy processes on the one port, balanced by the kernel (SO_REUSEPORT); "
+                   "auto: one per CPU (default 1: one process)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live view or per-stream lines")
     p.add_argument("--upstream", metavar="URL", default="",
                    help="reverse mode: serve plain HTTP as this API (e.g. https://api.openai.com); "
@@ -98,6 +101,7 @@ class ProxyConfig:
     study: str = ""  # the study file: the live view then hides the conditions
     participant: str = ""
     study_banner: tuple[str, ...] = ()  # a study's banner lines, shown instead of the timing
+    workers: int = 1  # proxy processes sharing the port (retimer.cli.workers); 1: this process
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyConfig:
@@ -114,6 +118,7 @@ class ProxyConfig:
             cache_max_mb=args.cache_max_mb, intercept=tuple(args.intercept),
             sets=tuple(args.sets), quiet=args.quiet, upstream=args.upstream,
             allow_remote=args.allow_remote, proxy_auth=args.proxy_auth,
+            workers=parse_workers(args.workers),
         )
         return config.checked()
 
@@ -160,6 +165,20 @@ class ProxyConfig:
     def confdir(self) -> Path:
         """Where the CA lives (see `confdir_of`)."""
         return confdir_of(self.sets)
+
+
+def parse_workers(value: str) -> int:
+    """--workers: a number >= 1, or auto (one per CPU); anything else fails in one line."""
+    text = str(value).strip().lower()
+    if text == "auto":
+        return os.cpu_count() or 1
+    try:
+        n = int(text)
+    except ValueError:
+        fail(f"--workers: expected a number of processes >= 1 or auto, got {value!r}")
+    if n < 1:
+        fail(f"--workers: expected a number of processes >= 1 or auto, got {value!r}")
+    return n
 
 
 def confdir_of(sets: Sequence[str]) -> Path:

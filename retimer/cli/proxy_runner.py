@@ -25,13 +25,15 @@ async def run_proxy(config: ProxyConfig) -> None:
 
 
 def build_proxy(
-    config: ProxyConfig, out: Any = None, interactive: bool | None = None
+    config: ProxyConfig, out: Any = None, interactive: bool | None = None, check: bool = True
 ) -> tuple[Any, Any, Any]:
     """Check the port and build the mitmproxy master with retimer's addons (in a loop).
 
     Returns (master, Retimer addon, live view); `out`/`interactive` redirect the view.
+    `check=False`: a worker of `--workers N`, whose port the parent checked and holds.
     """
-    check_port(config.listen_host, config.listen_port)
+    if check:
+        check_port(config.listen_host, config.listen_port)
     from mitmproxy import exceptions, master, options
     from mitmproxy.addons import default_addons, errorcheck, termlog
 
@@ -119,7 +121,7 @@ async def serve(m: Any, view: Any) -> None:
         except (NotImplementedError, RuntimeError):  # pragma: no cover - Windows
             pass
     view.start()
-    refresher = asyncio.create_task(_refresh(view)) if view.interactive else None
+    refresher = asyncio.create_task(refresh_view(view)) if view.interactive else None
     try:
         await m.run()
     finally:
@@ -137,7 +139,8 @@ def bound_port(m: Any) -> int | None:
     return None
 
 
-async def _refresh(view: Any) -> None:
+async def refresh_view(view: Any) -> None:
+    """Redraw an interactive live view four times a second (from the loop, never a thread)."""
     while True:
         view.refresh()
         await asyncio.sleep(0.25)

@@ -86,6 +86,9 @@ def main(argv: list[str]) -> None:
         log=config.log or f"retimer-study-{args.participant}.jsonl",  # no study name: it may hint
         study=args.study, participant=args.participant, study_banner=tuple(banner),
     )
+    from retimer.cli.workers import refuse_study
+
+    refuse_study(config)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_proxy(config))
 

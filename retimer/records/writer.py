@@ -1,5 +1,8 @@
 """Log records: one JSON line per re-timed stream, with no secret ever written.
 
+Each record is one `os.write` of the whole line on a file opened with O_APPEND, so several
+processes (`retimer --workers N`) append to one log without torn or interleaved lines.
+
 Only the URL (redacted by `retimer.records.redact.redact_url`), the protocol and timing figures
 go into a record: never request headers, cookies, bodies or authorization values.
 """
@@ -8,9 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 logger = logging.getLogger("retimer")
 
@@ -26,16 +30,20 @@ class RecordLog:
         self.path = Path(path).expanduser()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._file: TextIO = self.path.open("a", encoding="utf-8")
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         self.lost = 0  # records that could not be written
         self._warned: set[int | None] = set()
 
     def write(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        data = line.encode("utf-8")
         with self._lock:
             try:
-                self._file.write(line + "\n")
-                self._file.flush()
+                if self._fd is None:
+                    raise OSError(9, "the log is closed")
+                written = os.write(self._fd, data)  # one write: other processes' lines never cut in
+                while written < len(data):  # only short on a full disk or a signal: finish the line
+                    written += os.write(self._fd, data[written:])
             except OSError as e:
                 self.lost += 1
                 self._warn(e)
@@ -43,9 +51,11 @@ class RecordLog:
     def close(self) -> None:
         with self._lock:
             try:
-                self._file.close()
+                if self._fd is not None:
+                    os.close(self._fd)
             except OSError as e:
                 self._warn(e)
+            self._fd = None
             if self.lost:
                 logger.warning(f"retimer: {self.lost} record(s) could not be written to {self.path}")
 

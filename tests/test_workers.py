@@ -1,0 +1,141 @@
+"""`retimer --workers 2`: two real proxy processes on one port (SO_REUSEPORT), real mitmproxy,
+real TLS, real SDK clients. Both workers serve, every stream is re-timed and whole, the one
+log holds exactly one whole JSON line per stream, the banner appears once, Ctrl-C drains every
+worker and exits 0, a worker that dies is one line, bad values and studies are one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.proxy import RetimerProxy, run_cli
+from tests.stream_bodies import make_openai_stream
+from tests.upstream import FakeLLM
+
+TEXT = "Two workers share one port; the kernel hands each connection to one of them. " * 2
+PACED = ("--ttft", "200ms", "--tps", "60", "--jitter", "0", "--profile", "gpt-5")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(make_openai_stream(TEXT), bursts=3, tls=True) as f:
+        yield f
+
+
+def _proxy(tmp: Path, fake: FakeLLM, *args: str) -> RetimerProxy:
+    """Started, and every worker listening (the parent prints its banner then)."""
+    proxy = RetimerProxy(tmp, "--workers", "2", *PACED, "--intercept", r"^127\.0\.0\.1:", *args,
+                         upstream_ca=fake.ca_path).start()
+    deadline = time.monotonic() + 30
+    while "retimer listening on" not in proxy.stdout() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proxy
+
+
+def _stream(proxy: RetimerProxy, fake: FakeLLM, i: int) -> str:
+    client = openai.OpenAI(
+        base_url=fake.url + "/v1", api_key="sk-test",
+        http_client=openai.DefaultHttpxClient(proxy=proxy.url, verify=proxy.client_ssl_context()),
+    )
+    stream = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+
+def _log_lines(proxy: RetimerProxy) -> list[dict]:
+    raw = proxy.log_path.read_bytes()
+    assert raw.endswith(b"\n")
+    return [json.loads(line) for line in raw.decode().split("\n")[:-1]]  # each a whole record
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(x) for x in (task / "children").read_text().split()]
+    return found
+
+
+def test_two_workers_serve_every_stream_retimed_whole_and_drain_on_ctrl_c(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    proxy = _proxy(tmp_path, fake)
+    try:
+        assert len(_children(proxy.proc.pid)) == 2
+        n = 40
+        with ThreadPoolExecutor(20) as pool:
+            texts = list(pool.map(lambda i: _stream(proxy, fake, i), range(n)))
+        assert texts == [TEXT] * n
+        records = proxy.records(n)
+        assert len(records) == n
+        assert {r["worker"] for r in records} == {1, 2}  # the kernel used both
+        for r in records:
+            assert r["outcome"] == "complete"
+            assert r["emitted"]["tokens"] == r["upstream"]["tokens"] > 20
+            assert r["emitted"]["ttft_ms"] >= r["target"]["ttft_ms"] - 2  # re-timed, never early
+            assert r["target"] == {"ttft_ms": 200.0, "tps": 60.0}
+        # Ctrl-C with streams in flight: each worker drains them (held text goes out at once)
+        with ThreadPoolExecutor(6) as pool:
+            slow = [pool.submit(_stream, proxy, fake, n + i) for i in range(6)]
+            deadline = time.monotonic() + 20
+            while len(fake.wait_done(0)) < n + 6 and time.monotonic() < deadline:
+                time.sleep(0.02)  # the upstream sent them all; retimer still holds most tokens
+            sent = time.monotonic()
+            proxy.proc.send_signal(signal.SIGINT)
+            assert [f.result(30) for f in slow] == [TEXT] * 6
+        drained = time.monotonic() - sent
+        assert proxy.proc.wait(30) == 0
+        assert drained < 0.9 * len(TEXT.split()) / 60  # well before the profile would have ended
+    finally:
+        proxy.stop()
+    lines = _log_lines(proxy)
+    assert len(lines) == n + 6 and len({r["id"] for r in lines}) == n + 6  # one line per stream
+    assert proxy.stdout().count("retimer listening on") == 1
+    assert "workers  2 processes" in proxy.stdout()
+    assert "Traceback" not in proxy.stderr()
+
+
+def test_a_worker_that_dies_is_one_line_and_the_other_serves_on(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    proxy = _proxy(tmp_path, fake)
+    try:
+        first, second = sorted(_children(proxy.proc.pid))
+        os.kill(first, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while "killed by SIGKILL" not in proxy.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        died = [x for x in proxy.stderr().splitlines() if "worker" in x]
+        assert len(died) == 1 and f"(pid {first}) was killed by SIGKILL; 1 still serving" in died[0]
+        assert [_stream(proxy, fake, i) for i in range(4)] == [TEXT] * 4
+        assert {r["worker"] for r in proxy.records(4)} == {2}
+        proxy.proc.send_signal(signal.SIGINT)
+        assert proxy.proc.wait(30) == 1  # a worker was lost: not a clean run
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "two", ""])
+def test_a_bad_workers_value_is_one_line(value: str) -> None:
+    done = run_cli("--workers", value)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"retimer: error: --workers: expected a number of processes "
+                                   f">= 1 or auto, got {value!r}")
+
+
+def test_a_study_with_workers_is_refused_in_one_line(tmp_path: Path) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text("name: s\nseed: 7\nunit: request\nconditions:\n"
+                     "  - {name: fast, profile: cerebras}\n  - {name: slow, profile: gpt-5}\n")
+    done = run_cli("study", str(study), "--participant", "P1", "--workers", "2",
+                   "--set", f"confdir={tmp_path / 'c'}")
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--workers: a study serves one participant from one process" in lines[0]
