@@ -434,3 +434,22 @@ def test_parsing_as_due_gives_the_schedule_of_parsing_at_once(
         lazy += [(e.due, e.data, e.tokens) for e in pacer.pop_due(now)]
     assert lazy == at_once
     assert text_of(b"".join(d for _, d, _ in lazy)) == text_of(body)
+
+
+def test_a_body_that_breaks_still_gives_everything_decoded_before_in_order() -> None:
+    import zlib
+
+    from retimer.wire.encoding import decoder_for
+
+    decoded = b"T:" + b" w" * 300 + b"\nT: next\nT: part"
+    gz = zlib.compressobj(wbits=31)
+    good = gz.compress(decoded) + gz.flush(zlib.Z_SYNC_FLUSH)
+    pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.4, 0.01), start=0.0,
+                        decoder=decoder_for("gzip"))
+    pacer.feed(good, now=0.01)
+    pacer.pop_due(0.4)  # the first token: the rest of the long event is not serialised yet
+    pacer.feed(b"\x00corrupt" * 8, now=0.02)
+    assert pacer.state is PacerState.BROKEN
+    out = b"".join(e.data for e in pacer.abort(0.03))
+    assert text_of(out) == " w" * 299 + " next"  # every piece of it, then what followed
+    assert out.endswith(b"T: next\nT: part") and pacer.done

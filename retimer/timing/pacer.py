@@ -149,9 +149,8 @@ class StreamPacer:
         the pieces of a split event (one network event at a time), the events parsed, the
         bytes (a slice at a time), then, after the upstream ended, the adapter's end."""
         backlog, outbox = self._backlog, self._outbox
-        while self.state is PacerState.PACING and (
-            outbox.horizon <= until or (queued and not outbox.pending)
-        ):
+        # a BROKEN body still gets what was decoded before the break (at once, it would have)
+        while outbox.horizon <= until or (queued and not outbox.pending):
             if backlog.split is not None:
                 self._read(self._split_step, backlog.split.arrival)
             elif backlog.events:
@@ -160,7 +159,7 @@ class StreamPacer:
             elif backlog:
                 data, arrival = backlog.take()
                 self._read(self._feed_adapter, arrival, data, arrival)
-            elif backlog.end_at is not None:
+            elif backlog.end_at is not None and self.state is PacerState.PACING:
                 end, backlog.end_at = backlog.end_at, None
                 self._read(self._end_adapter, end, end)
             else:
