@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -139,3 +140,68 @@ def test_a_study_with_workers_is_refused_in_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--workers: a study serves one participant from one process" in lines[0]
+
+
+def test_the_pac_file_comes_from_either_worker(tmp_path: Path, fake: FakeLLM) -> None:
+    import httpx
+
+    proxy = _proxy(tmp_path, fake)
+    try:
+        for _ in range(8):  # a new connection each time: the kernel picks the worker
+            pac = httpx.get(f"{proxy.url}/proxy.pac", timeout=10)
+            assert pac.status_code == 200
+            assert f"PROXY 127.0.0.1:{proxy.port}" in pac.text
+    finally:
+        proxy.stop()
+    assert proxy.proc.returncode == 0  # SIGTERM drains too
+
+
+def test_retimer_run_with_two_workers_retimes_an_unmodified_sdk_program(tmp_path: Path) -> None:
+    from tests.test_run_env import CLIENTS, Run
+    from tests.test_run_env import TEXT as RUN_TEXT
+
+    with FakeLLM(make_openai_stream(RUN_TEXT), bursts=3, tls=True) as llm, \
+            FakeLLM(tls=True) as other:
+        run = Run(tmp_path, llm)
+        run.options += ["--workers", "2"]
+        result = run(sys.executable, str(CLIENTS / "openai_client.py"), llm.url_for("llm.test"),
+                     other.url_for("other.test"), "3")
+        assert result.returncode == 3, result.stderr  # the command's exit code is retimer's
+        assert "".join(json.loads(result.stdout)["pieces"]) == RUN_TEXT
+    (record,) = run.records()
+    assert record["worker"] in (1, 2) and record["outcome"] == "complete"
+    assert record["emitted"]["ttft_ms"] >= 300.0 - 2  # paced
+    assert "2 workers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_report_and_export_take_the_logs_of_several_instances(tmp_path: Path, fake: FakeLLM) -> None:
+    proxy = _proxy(tmp_path, fake)
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(lambda i: _stream(proxy, fake, i), range(12))) == [TEXT] * 12
+        records = proxy.records(12)
+    finally:
+        proxy.stop()
+    by_worker = {w: [r for r in records if r["worker"] == w] for w in (1, 2)}
+    logs = []
+    for w, recs in by_worker.items():  # as if two instances wrote a log each
+        (tmp_path / f"w{w}").mkdir()
+        logs.append(tmp_path / f"w{w}" / "records.jsonl")
+        logs[-1].write_text("".join(json.dumps(r) + "\n" for r in recs))
+    rated = by_worker[1][0]["id"] if by_worker[1] else by_worker[2][0]["id"]
+    with logs[1].open("a") as f:  # a rating in the other log than its stream's still joins
+        f.write(json.dumps({"type": "rating", "stream": rated, "speed": 6, "quality": 4}) + "\n")
+    html = tmp_path / "r.html"
+    done = run_cli("report", *map(str, logs), "-o", str(html))
+    assert done.returncode == 0, done.stderr
+    assert "12 streams" in done.stderr
+    assert str(logs[0]) in html.read_text() and str(logs[1]) in html.read_text()  # same names
+    done = run_cli("export", *map(str, logs))
+    assert done.returncode == 0, done.stderr
+    rows = done.stdout.strip().split("\n")[1:]
+    assert len(rows) == 12
+    assert sorted(r.split(",")[1] for r in rows) == sorted(r["id"] for r in records)
+    (rated_row,) = [r for r in rows if r.split(",")[1] == rated]
+    assert rated_row.endswith(",6,4")
+    missing = run_cli("export", str(logs[0]), str(tmp_path / "absent.jsonl"))
+    assert missing.returncode == 2 and missing.stderr.strip().endswith("absent.jsonl: no such file")

@@ -17,10 +17,7 @@ def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
     from rich.console import Console
 
     if addon is None:
-        from retimer.proxy.addon import build_profile
-
-        profile = build_profile(config.profile, config.ttft, config.tps, config.jitter,
-                                config.speed, config.thinking)
+        profile = config_profile(config)
         seed: object = "drawn per worker" if config.seed is None else config.seed
         confdir = config.confdir
     else:
@@ -81,3 +78,17 @@ def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
     console.print("  only LLM hosts are intercepted; everything else is tunnelled untouched. Ctrl-C stops.")
     if config.log:
         console.print(f"  records  {Path(config.log).expanduser()}")
+
+
+def config_profile(config: ProxyConfig) -> Any:
+    """The profile `config` runs (checked already by ProxyConfig), for a process without a proxy
+    of its own: the parent of `--workers N`."""
+    from retimer.proxy.addon import build_profile
+
+    return build_profile(config.profile, config.ttft, config.tps, config.jitter, config.speed,
+                         config.thinking)
+
+
+def profile_name(config: ProxyConfig) -> str:
+    """The name plus overrides of the profile `config` runs: what the run plays."""
+    return str(config_profile(config).effective_name)

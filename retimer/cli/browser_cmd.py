@@ -163,7 +163,23 @@ class BrowserCompanion:
                 await self.task
 
 
+async def _with_workers(config: ProxyConfig, opener: Opener) -> None:
+    """`retimer browser --workers N`: the browser through N proxy processes on the port."""
+    from retimer.cli.banner import profile_name
+    from retimer.cli.workers import serving
+
+    async with serving(config, out=sys.stdout) as workers:
+        opener.proxy = proxy_url(config.listen_host, workers.port)
+        print(f"retimer: profile {profile_name(config)}, {config.workers} workers; opening "
+              f"{LABELS[opener.kind]} through {opener.proxy}; closing it (or Ctrl-C) stops retimer",
+              flush=True)
+        await _alone(opener, config.confdir / CA_FILE)
+
+
 async def _with_proxy(config: ProxyConfig, opener: Opener) -> None:
+    if config.workers > 1:
+        await _with_workers(config, opener)
+        return
     m, addon, view = build_proxy(config)
     ca = config.confdir / CA_FILE
     m.addons.add(BrowserCompanion(opener, ca, m, config.listen_host))

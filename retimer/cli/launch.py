@@ -229,7 +229,26 @@ class _Ready:
         self.event.set()
 
 
+async def _run_with_workers(config: ProxyConfig, command: list[str], local: bool) -> int:
+    """`retimer run --workers N`: the same, with N proxy processes on the port."""
+    from retimer.cli.banner import profile_name
+    from retimer.cli.workers import serving
+
+    async with serving(config) as workers:
+        ca, bundle = _ca_files(config.confdir)
+        if not config.quiet:
+            paced = "LLM hosts and local model servers" if local else "LLM hosts"
+            print(f"retimer: {proxy_url(config.listen_host, workers.port)} ({profile_name(config)}, "
+                  f"{config.workers} workers), {paced} re-timed; running {' '.join(command)}",
+                  file=sys.stderr)
+        proxy = proxy_url(config.listen_host, workers.port, config.proxy_auth)
+        env = launch_env(proxy, str(bundle), str(ca), local=local)
+        return await run_child(command, child_env(os.environ, env))
+
+
 async def _run_with_proxy(config: ProxyConfig, command: list[str], local: bool) -> int:
+    if config.workers > 1:
+        return await _run_with_workers(config, command, local)
     m, addon, view = build_proxy(config, out=sys.stderr, interactive=False)
     ready = asyncio.Event()
     m.addons.add(_Ready(ready))

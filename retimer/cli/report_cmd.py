@@ -1,4 +1,5 @@
-"""`retimer report LOG.jsonl [-o FILE] [--png DIR]`: the record log as pictures.
+"""`retimer report LOG.jsonl [LOG.jsonl ...] [-o FILE] [--png DIR]`: record logs as pictures
+(several logs, e.g. one per machine behind a load balancer, make one report).
 
 Without -o the page is report.html in the current directory; either way the path written is
 printed, so a default never leaves the user guessing where it went."""
@@ -21,18 +22,17 @@ def _fail(message: str) -> NoReturn:
     fail(message, prog="retimer report")
 
 
-
-
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="retimer report",
                       description="One self-contained HTML page (no network needed) with plots of "
                       "the streams recorded with --log. Prints the path it wrote.")
-    p.add_argument("log", metavar="LOG.jsonl", help="a record log written by retimer --log")
+    p.add_argument("logs", nargs="+", metavar="LOG.jsonl",
+                   help="record logs written by retimer --log (several make one report)")
     p.add_argument("--output", "-o", metavar="FILE", default="report.html",
                    help="the HTML file to write (default: report.html in the current directory)")
     p.add_argument("--png", metavar="DIR", default="",
                    help="also write the charts as PNG files into DIR (needs matplotlib)")
-    p.add_argument("--title", default="", help="the page's title (default: the log's name)")
+    p.add_argument("--title", default="", help="the page's title (default: the logs' names)")
     p.add_argument("--profiles", default="", metavar="LIST",
                    help="profiles for the 'at other speeds' section, as in retimer whatif "
                    "(default: every built-in profile)")
@@ -46,14 +46,19 @@ def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     try:
         since = parse_since(args.since) if args.since else None
-        log = read_log(args.log)
+        logs = [read_log(path) for path in args.logs]
     except LogError as e:
         _fail(str(e))
-    if err := unknown_protocol(args, log.records):
+    every = [r for log in logs for r in log.records]
+    if err := unknown_protocol(args, every):
         _fail(err)
-    chosen = select(log.records, args.protocol, args.host, since)
+    chosen_by_log = [select(log.records, args.protocol, args.host, since) for log in logs]
+    chosen = sorted((r for c in chosen_by_log for r in c), key=lambda r: str(r.get("time", "")))
+    if len(logs) == 1:
+        chosen = chosen_by_log[0]  # one log: its own order, as before
     if not chosen:
-        _fail(no_records(args, log.records))
+        args.log = args.logs[0] if len(args.logs) == 1 else f"{len(args.logs)} logs"  # its name
+        _fail(no_records(args, every))
     if args.png:  # before writing anything: a missing matplotlib is one line, nothing half-done
         from retimer.report.png import PngUnavailable, available
 
@@ -64,9 +69,13 @@ def main(argv: list[str]) -> None:
     from retimer.cli.whatif_cmd import chosen_profiles
 
     profiles = chosen_profiles(args.profiles, prog="retimer report")
-    by, sessions = sessions_of([(Path(args.log).name, chosen)], args.by)
+    names = [Path(path).name for path in args.logs]
+    if len(set(names)) < len(names):  # records.jsonl from two machines: tell them apart
+        names = list(args.logs)
+    by, sessions = sessions_of(list(zip(names, chosen_by_log, strict=True)), args.by)
     results = [r for label, recs in sessions if (r := whatif(label, recs, profiles)) is not None]
-    report = build(chosen, args.title or Path(args.log).name, log.bad_lines, (by, results))
+    bad = sum(log.bad_lines for log in logs)
+    report = build(chosen, args.title or ", ".join(names), bad, (by, results))
     out = Path(args.output).expanduser()
     try:
         out.write_text(render_html(report), encoding="utf-8")

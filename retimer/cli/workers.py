@@ -19,7 +19,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -214,4 +214,22 @@ async def run_workers(config: ProxyConfig) -> int:
     finally:
         if refresher:
             refresher.cancel()
+        view.stop()
+
+
+@contextlib.asynccontextmanager
+async def serving(config: ProxyConfig, out: Any = None) -> AsyncIterator[Workers]:
+    """The workers for `retimer run` and `retimer browser`: listening inside the block, their
+    records as plain lines on `out` (stderr), drained and stopped after it."""
+    from retimer.cli.liveview import LiveView
+
+    view = LiveView(out=out or sys.stderr, interactive=False)
+    workers = Workers(config, view if not config.quiet else lambda record: None)
+    view.active = workers.snapshot
+    await workers.start()
+    try:
+        yield workers
+    finally:
+        workers.interrupt()
+        await workers.wait()
         view.stop()

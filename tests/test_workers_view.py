@@ -1,0 +1,52 @@
+"""The live view of `retimer --workers 2` in a real terminal (tmux, 80 columns): one table and
+one summary that count the streams of both workers, and one copy of it after Ctrl-C."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.proxy import free_port
+from tests.test_liveview_tmux import EXITED, TITLE, Tmux, _records, _send, _table, _wait_listening
+from tests.upstream import FakeLLM
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(bursts=3, burst_gap=0.05) as f:
+        yield f
+
+
+def test_the_live_view_counts_the_streams_of_every_worker(tmp_path: Path, fake: FakeLLM) -> None:
+    port, log, streams = free_port(), tmp_path / "records.jsonl", 16
+    command = [sys.executable, "-m", "retimer", "--workers", "2", "--listen-port", str(port),
+               "--set", f"confdir={tmp_path / 'confdir'}", "--log", str(log),
+               "--profile", "groq", "--ttft", "300ms"]
+    tmux = Tmux(tmp_path, 80, 40)
+    try:
+        tmux.start(command)
+        _wait_listening(port, tmux)
+        tmux.wait_for(lambda s: any(x.startswith(TITLE) for x in s), "the table")
+        _send(f"http://127.0.0.1:{port}", fake.url, streams)
+        records = _records(log, streams)
+        assert len(records) == streams and {r["worker"] for r in records} == {1, 2}
+        total, done = f"{streams} streams", f"{streams} complete"
+        lines = tmux.wait_for(lambda s: any(x.startswith(total) and done in x for x in s), done)
+        assert all(len(x) <= 80 for x in lines)
+        _, rows, summary = _table(lines)
+        assert len(rows) == streams and summary.startswith(f"{total} · ")
+        for rec in records:  # every worker's stream has its row, with its whole token count
+            assert any(row.rstrip().endswith(f"stream={rec['url'].rsplit('=', 1)[1]}")
+                       and f"{rec['emitted']['tokens']:,}" in row.split() for row in rows)
+        tmux.keys("C-c")
+        final = tmux.wait_for(lambda s: any(x.startswith(EXITED) for x in s), "exit", 30)
+        assert f"{EXITED} 0" in final
+        history = "\n".join(tmux.screen(history=True))
+        assert history.count("retimer listening on") == 1
+        assert history.count(TITLE) == 1 and history.count(f"{total} · ") == 1, history
+        assert "Traceback" not in history
+    finally:
+        tmux.close()
