@@ -205,3 +205,17 @@ def test_report_and_export_take_the_logs_of_several_instances(tmp_path: Path, fa
     assert rated_row.endswith(",6,4")
     missing = run_cli("export", str(logs[0]), str(tmp_path / "absent.jsonl"))
     assert missing.returncode == 2 and missing.stderr.strip().endswith("absent.jsonl: no such file")
+
+
+def test_the_response_cache_is_shared_by_the_workers(tmp_path: Path, fake: FakeLLM) -> None:
+    proxy = _proxy(tmp_path, fake, "--cache", str(tmp_path / "cache"))
+    try:
+        assert _stream(proxy, fake, 0) == TEXT  # stored by whichever worker took it
+        proxy.records(1)
+        texts = [_stream(proxy, fake, 0) for _ in range(8)]  # a new connection each time
+        records = proxy.records(9)
+    finally:
+        proxy.stop()
+    assert texts == [TEXT] * 8
+    assert [r["cache"] for r in records] == ["stored"] + ["hit"] * 8  # whichever worker served
+    assert len(fake.wait_done(1)) == 1  # the upstream was asked once
