@@ -50,3 +50,29 @@ def test_the_live_view_counts_the_streams_of_every_worker(tmp_path: Path, fake: 
         assert "Traceback" not in history
     finally:
         tmux.close()
+
+
+def test_retimer_browser_with_two_workers(tmp_path: Path) -> None:
+    """Headless Chromium through `retimer browser --workers 2`: the page's stream is re-timed
+    and whole, Ctrl-C stops the workers and the browser, and nothing is left behind."""
+    import json
+    import signal
+
+    from tests.stream_bodies import make_openai_stream
+    from tests.test_browser import INTERCEPT, PAGE, TEXT, run_retimer_browser, token_curve
+
+    log = tmp_path / "records.jsonl"
+    with FakeLLM(make_openai_stream(TEXT), tls=True) as site:
+        site.pages["/"] = PAGE
+        done, report = run_retimer_browser(
+            tmp_path, site, "chromium", "--workers", "2", "--listen-port", "0",
+            "--set", f"confdir={tmp_path / 'confdir'}", "--log", str(log),
+            "--ttft", "200ms", "--tps", "200", "--jitter", "0", *INTERCEPT,
+            "--set", f"ssl_verify_upstream_trusted_ca={site.ca_path}", stop=signal.SIGINT)
+    assert done.returncode == 0, done.stderr
+    assert report["text"] == TEXT
+    (record,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert record["worker"] in (1, 2)
+    assert record["emitted"]["tokens"] == sum(r["tokens"] for r in report["reads"])
+    assert token_curve(report)[0] >= 200 - 1  # the first token waited for the target
+    assert "2 workers; opening Chromium through http://127.0.0.1:" in done.stdout
