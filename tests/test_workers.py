@@ -219,3 +219,22 @@ def test_the_response_cache_is_shared_by_the_workers(tmp_path: Path, fake: FakeL
     assert texts == [TEXT] * 8
     assert [r["cache"] for r in records] == ["stored"] + ["hit"] * 8  # whichever worker served
     assert len(fake.wait_done(1)) == 1  # the upstream was asked once
+
+
+def test_without_so_reuseport_or_the_listener_workers_fail_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from mitmproxy.proxy import mode_servers
+
+    from retimer.proxy import bridge_listen
+    from retimer.proxy.bridge import InternalsMissing
+
+    monkeypatch.delattr(socket, "SO_REUSEPORT")
+    with pytest.raises(bridge_listen.NoReusePort, match=r"^--workers: this system has no SO_REUSEPORT"):
+        bridge_listen.reserve_port("127.0.0.1", 0)
+    monkeypatch.undo()
+    monkeypatch.delattr(mode_servers.AsyncioServerInstance, "listen")
+    with pytest.raises(InternalsMissing, match="lacks AsyncioServerInstance.listen"):
+        bridge_listen.check_internals()
