@@ -1,7 +1,8 @@
 """`retimer --workers 2`: two real proxy processes on one port (SO_REUSEPORT), real mitmproxy,
 real TLS, real SDK clients. Both workers serve, every stream is re-timed and whole, the one
 log holds exactly one whole JSON line per stream, the banner appears once, Ctrl-C drains every
-worker and exits 0, a worker that dies is one line, bad values and studies are one line."""
+worker and exits 0, a worker that dies is one line, bad values are one line. Studies with
+workers: tests/test_workers_study.py."""
 
 from __future__ import annotations
 
@@ -129,17 +130,6 @@ def test_a_bad_workers_value_is_one_line(value: str) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (f"retimer: error: --workers: expected a number of processes "
                                    f">= 1 or auto, got {value!r}")
-
-
-def test_a_study_with_workers_is_refused_in_one_line(tmp_path: Path) -> None:
-    study = tmp_path / "study.yaml"
-    study.write_text("name: s\nseed: 7\nunit: request\nconditions:\n"
-                     "  - {name: fast, profile: cerebras}\n  - {name: slow, profile: gpt-5}\n")
-    done = run_cli("study", str(study), "--participant", "P1", "--workers", "2",
-                   "--set", f"confdir={tmp_path / 'c'}")
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "--workers: a study serves one participant from one process" in lines[0]
 
 
 def test_the_pac_file_comes_from_either_worker(tmp_path: Path, fake: FakeLLM) -> None:

@@ -86,9 +86,10 @@ def main(argv: list[str]) -> None:
         log=config.log or f"retimer-study-{args.participant}.jsonl",  # no study name: it may hint
         study=args.study, participant=args.participant, study_banner=tuple(banner),
     )
-    from retimer.cli.workers import refuse_study
+    if config.workers > 1:  # the workers share the unit positions (retimer.proxy.study_state)
+        from retimer.cli.workers import run_workers
 
-    refuse_study(config)
+        raise SystemExit(asyncio.run(run_workers(config)))
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_proxy(config))
 

@@ -51,7 +51,7 @@ class Channel:
         self.transport: asyncio.WriteTransport | None = None
         self.ticker: asyncio.Task[None] | None = None
 
-    def requestheaders(self, flow: Any) -> None:
+    def request(self, flow: Any) -> None:  # added last: after the study set its fields
         flow.metadata[RECORD_KEY] = {**flow.metadata.get(RECORD_KEY, {}), WORKER_KEY: self.index}
 
     async def running(self) -> None:

@@ -21,6 +21,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from retimer.cli.cmdline import fail
@@ -30,12 +31,9 @@ from retimer.cli.worker_main import config_json
 CHANNEL_LIMIT = 64 * 2**20  # a record line from a worker may be long (its trace)
 
 
-def refuse_study(config: ProxyConfig) -> None:
-    """A study's unit positions and rating page live in one process's memory: refuse workers."""
-    with_study = config.study or any(s.split("=", 1)[0].strip() == "retimer_study" for s in config.sets)
-    if with_study and config.workers > 1:
-        fail("--workers: a study serves one participant from one process (its unit positions and "
-             "rating page are that process's); use --workers 1")
+def has_study(config: ProxyConfig) -> bool:
+    """Whether the proxy runs a study (`retimer study`, or --set retimer_study=...)."""
+    return bool(config.study) or any(s.split("=", 1)[0].strip() == "retimer_study" for s in config.sets)
 
 
 @dataclass
@@ -52,7 +50,6 @@ class Workers:
     """Starts and stops the workers; hands their records to `on_record`."""
 
     def __init__(self, config: ProxyConfig, on_record: Callable[[dict[str, Any]], None]) -> None:
-        refuse_study(config)
         self.config = config
         self.on_record = on_record
         self.workers: list[Worker] = []
@@ -60,6 +57,7 @@ class Workers:
         self.held: socket.socket | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.seen_errors: set[str] = set()
+        self.study_state: Path | None = None  # the run's shared study positions (sqlite3)
 
     @property
     def port(self) -> int:
@@ -89,6 +87,13 @@ class Workers:
         except OSError as e:
             fail(f"--listen-port: cannot listen on {config.listen_host}:{config.listen_port}: {e.strerror}")
         self.config = config = replace(config, listen_port=self.held.getsockname()[1])
+        if has_study(config):  # one participant's unit positions, whichever worker serves
+            from retimer.proxy.study_state import SharedState
+
+            self.study_state = config.confdir / f"study-state-{os.getpid()}.sqlite"
+            SharedState(self.study_state).close()  # the tables, before any worker opens it
+            self.config = config = replace(
+                config, sets=(*config.sets, f"retimer_study_state={self.study_state}"))
         for index in range(1, config.workers + 1):
             self.workers.append(await self._spawn(index))
         pending = {asyncio.ensure_future(w.proc.wait()) for w in self.workers}
@@ -103,6 +108,8 @@ class Workers:
                         w.proc.kill()
             await asyncio.gather(*(w.proc.wait() for w in self.workers), *self.tasks,
                                  return_exceptions=True)
+            if self.study_state is not None:
+                self.study_state.unlink(missing_ok=True)
             raise SystemExit(codes[0] or 1)
         for task in pending:
             task.cancel()
@@ -178,6 +185,9 @@ class Workers:
         await asyncio.gather(*self.tasks, return_exceptions=True)  # the last records are in
         if self.held is not None:
             self.held.close()
+        if self.study_state is not None:
+            for leftover in (self.study_state, Path(f"{self.study_state}-journal")):
+                leftover.unlink(missing_ok=True)
         return code
 
 

@@ -6,15 +6,16 @@ addon does the pacing and writes the records, which thereby carry study, partici
 condition and unit. Blinding: nothing here touches a response the participant receives (no
 header, no body change); the rating page and the live view say nothing of the condition.
 
-State kept per proxy run: the number of request units so far, each conversation's position
-(first-seen order) and the links from ids a response names (ChatGPT's conversation_id,
-Responses ids) to the conversation they continue.
+State kept per proxy run (retimer.proxy.study_state): the number of request units so far, each
+conversation's position (first-seen order) and the links from ids a response names (ChatGPT's
+conversation_id, Responses ids) to the conversation they continue; in memory, or with
+`retimer study --workers N` in one sqlite3 file all the run's workers share
+(`retimer_study_state`), so a unit's position never depends on which worker took it.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
+from retimer.proxy.study_state import MemoryState, SharedState
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
 from retimer.study.ratings import (
@@ -40,8 +42,6 @@ from retimer.study.ratings import (
 )
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
-
-RATEABLE = 100  # recent streams a page loaded earlier may still rate
 
 
 def load_study(path: str) -> tuple[StudyDesign, dict[str, Profile]]:
@@ -69,22 +69,24 @@ class Study:
         self.design: StudyDesign | None = None
         self.profiles: dict[str, Profile] = {}
         self.participant = ""
-        self._reset()
+        self.state: MemoryState | SharedState = MemoryState()
 
     def _reset(self) -> None:
-        self.requests = 0
-        self.conversations: dict[str, int] = {}
-        self.aliases: dict[str, str] = {}
-        self.current: dict[str, Any] | None = None  # the latest unit's record fields
-        self.rateable: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        if isinstance(self.state, SharedState):
+            self.state.close()
+        path = ctx.options.retimer_study_state
+        self.state = SharedState(path) if path else MemoryState()
 
     def load(self, loader: Any) -> None:
         loader.add_option("retimer_study", str, "",
                           "Run the study in this STUDY.yaml (needs retimer_participant).")
         loader.add_option("retimer_participant", str, "", "The participant id of this proxy.")
+        loader.add_option("retimer_study_state", str, "",
+                          "A sqlite3 file holding the study's unit positions, shared by the "
+                          "workers of `retimer study --workers N` (empty: in memory).")
 
     def configure(self, updated: set[str]) -> None:
-        if not updated & {"retimer_study", "retimer_participant"}:
+        if not updated & {"retimer_study", "retimer_participant", "retimer_study_state"}:
             return
         path, participant = ctx.options.retimer_study, ctx.options.retimer_participant
         self.design, self.profiles, self.participant = None, {}, ""
@@ -118,9 +120,9 @@ class Study:
         websocket = req.headers.get("upgrade", "").lower() == "websocket"
         if is_unit_request(shape, websocket):
             fields = self._unit(flow, design, shape)
-            self.current = fields
-        elif self.current is not None:
-            fields = {**self.current, "unit": None}
+            self.state.set_current(fields)
+        elif (current := self.state.current()) is not None:
+            fields = {**current, "unit": None}
             fields.pop("conversation", None)
         else:
             condition = design.condition(self.participant, 0)
@@ -137,12 +139,11 @@ class Study:
         if design.unit == "participant":
             index = 0
         elif design.unit == "request":
-            index = self.requests
-            self.requests += 1
+            index = self.state.next_request()
         else:
             ident = conversation_key(shape)
-            key = self.aliases.get(ident.key, ident.key)
-            index = self.conversations.setdefault(key, len(self.conversations))
+            key = self.state.alias_of(ident.key)
+            index = self.state.conversation(key)
             if ident.links:
                 flow.metadata[STUDY_LINK_KEY] = (ident.links, key)
             extra["conversation"] = design.short_hash(key)
@@ -167,7 +168,7 @@ class Study:
         else:
             return
         for linked in response_links(kind, body):
-            self.aliases[linked] = key
+            self.state.link(linked, key)
 
     def retimer_record(self, record: dict[str, Any]) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
@@ -177,14 +178,11 @@ class Study:
                                             "condition", "unit")}
         entry["finished"] = time.strftime("%H:%M:%S")
         entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
-        self.rateable[record["id"]] = entry
-        self.rateable.move_to_end(record["id"])
-        while len(self.rateable) > RATEABLE:
-            self.rateable.popitem(last=False)
+        self.state.add_rateable(record["id"], entry)
 
     # -- ratings ---------------------------------------------------------------------------
     def _latest(self) -> dict[str, Any] | None:
-        return next(reversed(self.rateable.values())) if self.rateable else None
+        return self.state.latest()
 
     def _serve_rating(self, flow: http.HTTPFlow) -> bool:
         """Answer GET/POST http://<proxy>/rate; False for any other request."""
@@ -225,7 +223,7 @@ class Study:
                                              req.headers.get("content-type", ""))
         except RatingError as e:
             return 400, str(e)
-        stream = self.rateable.get(stream_id)
+        stream = self.state.rateable_stream(stream_id)
         if stream is None:
             return 409, "that response is no longer known: reload the page"
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
