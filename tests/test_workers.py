@@ -124,6 +124,13 @@ def test_a_worker_that_dies_is_one_line_and_the_other_serves_on(
         proxy.stop()
 
 
+def test_auto_is_one_worker_per_cpu() -> None:
+    from retimer.cli.proxy_options import parse_workers
+
+    assert parse_workers("auto") == parse_workers(" AUTO ") == (os.cpu_count() or 1)
+    assert parse_workers("3") == 3
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "two", ""])
 def test_a_bad_workers_value_is_one_line(value: str) -> None:
     done = run_cli("--workers", value)

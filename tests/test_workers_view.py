@@ -4,6 +4,7 @@ one summary that count the streams of both workers, and one copy of it after Ctr
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,13 +25,17 @@ def test_the_live_view_counts_the_streams_of_every_worker(tmp_path: Path, fake: 
     port, log, streams = free_port(), tmp_path / "records.jsonl", 16
     command = [sys.executable, "-m", "retimer", "--workers", "2", "--listen-port", str(port),
                "--set", f"confdir={tmp_path / 'confdir'}", "--log", str(log),
-               "--profile", "groq", "--ttft", "300ms"]
+               "--profile", "groq", "--ttft", "300ms", "--tps", "60"]
     tmux = Tmux(tmp_path, 80, 40)
     try:
         tmux.start(command)
         _wait_listening(port, tmux)
         tmux.wait_for(lambda s: any(x.startswith(TITLE) for x in s), "the table")
-        _send(f"http://127.0.0.1:{port}", fake.url, streams)
+        sender = threading.Thread(target=_send, args=(f"http://127.0.0.1:{port}", fake.url, streams))
+        sender.start()  # while they play, the workers' streams in flight are on the screen too
+        tmux.wait_for(lambda s: any(x.startswith(TITLE) for x in s)
+                      and any(" streaming" in x and "streams" in x for x in s), "streaming")
+        sender.join()
         records = _records(log, streams)
         assert len(records) == streams and {r["worker"] for r in records} == {1, 2}
         total, done = f"{streams} streams", f"{streams} complete"

@@ -138,7 +138,10 @@ class Workers:
     async def _listen(self, worker: Worker, reader: asyncio.StreamReader) -> None:
         """What the worker sends: ready, records, streams in flight."""
         while line := await reader.readline():
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:  # never expected: skip it rather than lose the channel
+                continue
             if "record" in message:
                 self.on_record(message["record"])
             elif "active" in message:
