@@ -235,3 +235,24 @@ def test_without_so_reuseport_or_the_listener_workers_fail_in_one_line(
     monkeypatch.delattr(mode_servers.AsyncioServerInstance, "listen")
     with pytest.raises(InternalsMissing, match="lacks AsyncioServerInstance.listen"):
         bridge_listen.check_internals()
+
+
+def test_reverse_mode_with_two_workers(tmp_path: Path) -> None:
+    """`--upstream URL --workers 2`: the SDK's base URL is the shared port, both workers serve."""
+    with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
+        proxy = RetimerProxy(tmp_path, "--workers", "2", "--upstream", plain.url, *PACED).start()
+        try:
+            def one(i: int) -> str:
+                client = openai.OpenAI(base_url=proxy.url + "/v1", api_key="sk-reverse-secret")
+                stream = client.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
+                return "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+
+            with ThreadPoolExecutor(8) as pool:
+                assert list(pool.map(one, range(16))) == [TEXT] * 16
+            records = proxy.records(16)
+        finally:
+            proxy.stop()
+    assert {r["worker"] for r in records} == {1, 2}
+    assert all(r["emitted"]["ttft_ms"] >= 200 - 2 and r["outcome"] == "complete" for r in records)
+    assert "sk-reverse-secret" not in proxy.log_path.read_text() + proxy.stdout() + proxy.stderr()
