@@ -89,16 +89,16 @@ def test_two_workers_serve_every_stream_retimed_whole_and_drain_on_ctrl_c(
             deadline = time.monotonic() + 20
             while len(fake.wait_done(0)) < n + 6 and time.monotonic() < deadline:
                 time.sleep(0.02)  # the upstream sent them all; retimer still holds most tokens
-            sent = time.monotonic()
             proxy.proc.send_signal(signal.SIGINT)
             assert [f.result(30) for f in slow] == [TEXT] * 6
-        drained = time.monotonic() - sent
         assert proxy.proc.wait(30) == 0
-        assert drained < 0.9 * len(TEXT.split()) / 60  # well before the profile would have ended
     finally:
         proxy.stop()
     lines = _log_lines(proxy)
     assert len(lines) == n + 6 and len({r["id"] for r in lines}) == n + 6  # one line per stream
+    for r in lines[n:]:  # the drained six: all out before their schedule would have ended
+        schedule_ms = r["target"]["ttft_ms"] + (r["emitted"]["tokens"] - 1) / 60 * 1000
+        assert r["emitted"]["ttft_ms"] + r["emitted"]["duration_ms"] < schedule_ms
     assert proxy.stdout().count("retimer listening on") == 1
     assert "workers  2 processes" in proxy.stdout()
     assert "Traceback" not in proxy.stderr()
