@@ -214,7 +214,9 @@ def test_report_errors_are_one_line(tmp_path: Path) -> None:
     log = tmp_path / "l.jsonl"
     log.write_text(json.dumps({"protocol": "openai-chat", "url": "https://a.test/"}) + "\n")
     for args, message in (([str(tmp_path / "none.jsonl")], "no such file"),
-                          ([str(log), "--host", "b.test"], "no records matching url containing")):
+                          ([str(log), "--host", "b.test"], f"{log}: no records matching url containing"),
+                          ([str(log), str(log), "--host", "b.test"],
+                           "2 logs: no records matching url containing 'b.test' (2 records in them")):
         done = run_cli("report", *args, "-o", str(tmp_path / "r.html"))
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and message in lines[0], done.stderr

@@ -57,8 +57,9 @@ def unknown_protocol(args: argparse.Namespace, records: list[dict[str, Any]]) ->
     return None
 
 
-def no_records(args: argparse.Namespace, records: list[dict[str, Any]]) -> str:
-    """Why the filters left nothing, with the protocol that was likely meant (from the log)."""
+def no_records(args: argparse.Namespace, records: list[dict[str, Any]], logs: list[str]) -> str:
+    """Why the filters left nothing in these logs, with the protocol that was likely meant
+    (from their records)."""
     filters = describe_filters(args.protocol, args.host, args.since)
     what = f" matching {filters}" if filters else ""
     hint = ""
@@ -66,7 +67,8 @@ def no_records(args: argparse.Namespace, records: list[dict[str, Any]]) -> str:
     missing = [p.strip() for p in args.protocol.split(",") if p.strip() and p.strip() not in present]
     if missing and present:
         hint = did_you_mean(missing[0], present) or f"; protocols in it: {', '.join(present)}"
-    return f"{args.log}: no records{what} ({len(records)} records in the file{hint})"
+    source, where = (logs[0], "the file") if len(logs) == 1 else (f"{len(logs)} logs", "them")
+    return f"{source}: no records{what} ({len(records)} records in {where}{hint})"
 
 
 def main(argv: list[str]) -> None:
@@ -84,7 +86,7 @@ def main(argv: list[str]) -> None:
     chosen = select(log.records, args.protocol, args.host, since)
     filters = describe_filters(args.protocol, args.host, args.since)
     if not chosen:
-        _fail(no_records(args, log.records))
+        _fail(no_records(args, log.records, [args.log]))
     streams, skipped = streams_from(chosen)
     try:
         fit = fit_streams(streams)

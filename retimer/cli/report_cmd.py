@@ -57,8 +57,7 @@ def main(argv: list[str]) -> None:
     if len(logs) == 1:
         chosen = chosen_by_log[0]  # one log: its own order, as before
     if not chosen:
-        args.log = args.logs[0] if len(args.logs) == 1 else f"{len(args.logs)} logs"  # its name
-        _fail(no_records(args, every))
+        _fail(no_records(args, every, args.logs))
     if args.png:  # before writing anything: a missing matplotlib is one line, nothing half-done
         from retimer.report.png import PngUnavailable, available
 
