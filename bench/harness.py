@@ -250,9 +250,11 @@ class Client:
         return result
 
     def streams(self, proxy: str | None, specs: Sequence[dict[str, Any]],
-                concurrent: bool = False) -> list[dict[str, Any]]:
-        """Run streams through `proxy` (None: direct); one result per spec, in order."""
-        job = {"op": "streams", "proxy": proxy, "streams": list(specs), "concurrent": concurrent}
+                concurrent: bool = False, raw: bool = False) -> list[dict[str, Any]]:
+        """Run streams through `proxy` (None: direct); one result per spec, in order. `raw`
+        (with `concurrent`): on raw sockets, the cheapest client (bench.rawclient)."""
+        job = {"op": "streams", "proxy": proxy, "streams": list(specs), "concurrent": concurrent,
+               "raw": raw}
         return self._call(job)["streams"]
 
     def gets(self, proxy: str | None, url: str, n: int) -> list[float]:

@@ -85,14 +85,15 @@ def formats(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> 
     return run_formats(client, fake, tmp, plan, seed)
 
 
-def _set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3) -> None:
+def set_text(fake: FakeLLM, n_tokens: int, seed: int, words_per_chunk: int = 3) -> None:
+    """The upstream's next answers in both formats: `n_tokens` of prose."""
     text = prose(n_tokens, seed)
     fake.openai_body = make_openai_stream(text, words_per_chunk=words_per_chunk)
     fake.anthropic_body = make_anthropic_stream(text, words_per_chunk=words_per_chunk)
 
 
-def _analyse(specs: list[dict[str, Any]], results: list[dict[str, Any]], proxy: RetimerProxy,
-             profile: Profile, seed: int, earlier: int = 0) -> list[dict[str, Any]]:
+def analyse(specs: list[dict[str, Any]], results: list[dict[str, Any]], proxy: RetimerProxy,
+            profile: Profile, seed: int, earlier: int = 0) -> list[dict[str, Any]]:
     """Each stream's analysis, next to its proxy record (matched by the bench id in its URL);
     `earlier` records (warm-up streams) are already in the log."""
     records = {bench_id_of(r): r for r in proxy.records(earlier + len(specs), timeout=30)}
@@ -111,7 +112,7 @@ def _paced_run(client: Client, fake: FakeLLM, proxy: RetimerProxy, profile: Prof
     """Sequential streams through one proxy; per format, each stream's analysis."""
     order = [fmt for _ in range(streams) for fmt in formats]
     specs = [stream_spec(fake, fmt, f"{fmt}-{i}") for i, fmt in enumerate(order)]
-    analysed = _analyse(specs, client.streams(proxy.url, specs), proxy, profile, seed)
+    analysed = analyse(specs, client.streams(proxy.url, specs), proxy, profile, seed)
     fake.clear()
     out: dict[str, list[dict[str, Any]]] = {fmt: [] for fmt in formats}
     for fmt, a in zip(order, analysed, strict=True):
@@ -128,7 +129,7 @@ def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     for rate, tokens, streams in plan.fidelity:
         progress(f"fidelity {rate:g} tok/s: {streams} stream(s) x {len(FORMATS)} formats "
              f"x {tokens} tokens")
-        _set_text(fake, tokens, seed)
+        set_text(fake, tokens, seed)
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
         profile = build_profile(FIDELITY_PROFILE, TTFT, f"{rate:g}", "0")
@@ -162,7 +163,7 @@ def jitter(client: Client, fake: FakeLLM, tmp: Path, plan: Plan, seed: int) -> d
     tokens, streams = plan.jitter
     progress(f"jitter: gpt-5 profile, {streams} stream(s) x {tokens} tokens")
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
-    _set_text(fake, tokens, seed + 1)
+    set_text(fake, tokens, seed + 1)
     d = tmp / "jitter"
     d.mkdir(parents=True, exist_ok=True)
     path, profile = _one_token_profile("gpt-5", d)
@@ -292,8 +293,8 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
         with retimer_proxy(tmp, f"concurrency-{n}-{spread:g}", *args) as proxy:
             assert proxy.proc
             pid = proxy.proc.pid
-            idle_kb = _warm_and_idle(client, fake, proxy, f"c{n}-{spread:g}", seed)
-            _set_text(fake, tokens, seed + 3)
+            idle_kb = warm_and_idle(client, fake, proxy, f"c{n}-{spread:g}", seed)
+            set_text(fake, tokens, seed + 3)
             fmts = itertools.islice(itertools.cycle(FORMATS), n)
             specs = [{**stream_spec(fake, fmt, f"c{n}-{spread:g}-{i}"),
                       "delay": rng.uniform(0, spread)} for i, fmt in enumerate(fmts)]
@@ -302,7 +303,7 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
             with ProcSampler(pid) as sampler:
                 results = client.streams(proxy.url, specs, concurrent=True)
             cpu, wall = cpu_seconds(pid) - c0, time.monotonic() - w0
-            analysed = _analyse(specs, results, proxy, profile, seed, earlier=len(FORMATS))
+            analysed = analyse(specs, results, proxy, profile, seed, earlier=len(FORMATS))
             mem = memory_per_stream(results, sampler.samples, idle_kb, hwm0,
                                     memory_kb(pid, "VmHWM"), memory_kb(pid))
             streaming = cpu_while_streaming(results, sampler.samples)
@@ -318,12 +319,12 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     return rows
 
 
-def _warm_and_idle(client: Client, fake: FakeLLM, proxy: RetimerProxy, tag: str,
+def warm_and_idle(client: Client, fake: FakeLLM, proxy: RetimerProxy, tag: str,
                    seed: int) -> float:
     """One short stream per format through the proxy, then its idle RSS (median kB of 5
     samples, after a pause for the last record to be written)."""
     assert proxy.proc
-    _set_text(fake, 5, seed + 4)
+    set_text(fake, 5, seed + 4)
     client.streams(proxy.url, [stream_spec(fake, fmt, f"{tag}-warm-{fmt}") for fmt in FORMATS])
     proxy.records(len(FORMATS), timeout=30)
     fake.clear()

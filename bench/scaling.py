@@ -1,0 +1,239 @@
+"""The scaling benchmark (issue 15, item 4): `.venv/bin/python -m bench.scaling [--quick]`.
+
+`retimer --workers 1` and `--workers 2` side by side in one run, on the concurrency
+scenario of bench.scenarios (50 tok/s, jitter 0, TTFT 400 ms, one token per network event,
+both formats, fast upstream) and its measures (bench.analysis): for each count of streams
+started within 1 s, and for streams sent in the same instant, client lateness, first-token
+error, the proxy's CPU per event (parent and workers), and what the load generator, the
+upstream and each core used meanwhile. The two proxies run for the whole benchmark and take
+turns, row by row, the order alternating. The client is bench.rawclient (raw sockets, one
+asyncio thread), the cheapest generator bench has, since it shares the proxy's cores.
+
+Writes bench/results/scaling-<time>[-quick].json and scaling-latest.{json,md} (or --results
+DIR) and prints the tables (bench.scaling_report). Nothing here asserts timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from bench.analysis import cpu_while_streaming, summarize_fidelity
+from bench.harness import Client, FakeLLM, RetimerProxy, cpu_seconds, pct, progress, retimer_proxy, stream_spec
+from bench.run import RESULTS, machine
+from bench.scaling_report import render
+from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
+from retimer.proxy.addon import build_profile
+
+RATE = 50.0
+SPREAD_S = 1.0  # "started within 1 s"
+
+
+@dataclass(frozen=True)
+class ScalePlan:
+    """How much to run: the full benchmark, or --quick (a smoke test: tiny counts)."""
+
+    workers: tuple[int, ...]
+    tokens: int  # per stream
+    spread: tuple[int, ...]  # stream counts started within SPREAD_S (the search for the max)
+    burst: int  # streams sent in the same instant
+
+
+FULL = ScalePlan(workers=(1, 2), tokens=200, spread=(100, 200, 300, 400), burst=200)
+QUICK = ScalePlan(workers=(1, 2), tokens=20, spread=(4, 8), burst=4)
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of pid (a `--workers N` parent's workers)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(x) for x in (task / "children").read_text().split()]
+    return found
+
+
+def listening(port: int) -> int:
+    """How many sockets listen on 127.0.0.1:port (one per worker, SO_REUSEPORT)."""
+    hex_port = f":{port:04X}"
+    n = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        n += fields[1].endswith(hex_port) and fields[3] == "0A"  # 0A: LISTEN
+    return n
+
+
+def core_busy_s() -> list[float]:
+    """Busy seconds of each CPU since boot (/proc/stat: everything but idle and iowait)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = []
+    for line in Path("/proc/stat").read_text().splitlines():
+        name, *vals = line.split()
+        if name.startswith("cpu") and name != "cpu":
+            v = [int(x) for x in vals]
+            out.append((sum(v[:8]) - v[3] - v[4]) / tick)
+    return out
+
+
+class Usage:
+    """CPU of several processes and busy time of each core, sampled on a thread every 50 ms,
+    as `(time, 0, cpu seconds)` series that bench.analysis.cpu_while_streaming cuts to the
+    streaming window."""
+
+    def __init__(self, pids: dict[str, list[int]], period: float = 0.05) -> None:
+        self.pids = pids
+        self.period = period
+        self.series: dict[str, list[tuple[float, int, float]]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
+
+    def _sample(self) -> None:
+        now = time.monotonic()
+        for name, pids in self.pids.items():
+            try:
+                used = sum(cpu_seconds(p) for p in pids)
+            except (OSError, ValueError):
+                continue  # a process is gone
+            self.series.setdefault(name, []).append((now, 0, used))
+        for i, busy in enumerate(core_busy_s()):
+            self.series.setdefault(f"core{i}", []).append((now, 0, busy))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.period)
+        self._sample()
+
+    def __enter__(self) -> Usage:
+        self._thread.start()
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Proxy:
+    """One `retimer --workers N` for the whole run, and how many records it has written."""
+
+    def __init__(self, client: Client, fake: FakeLLM, tmp: Path, workers: int, seed: int) -> None:
+        args = ("--profile", FIDELITY_PROFILE, "--tps", f"{RATE:g}", "--ttft", TTFT,
+                "--jitter", "0", "--seed", str(seed), "--workers", str(workers))
+        self.workers = workers
+        self.proxy: RetimerProxy = retimer_proxy(tmp, f"scaling-w{workers}", *args).start()
+        assert self.proxy.proc
+        deadline = time.monotonic() + 60
+        while listening(self.proxy.port) < workers:  # the port answers once one worker listens
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"--workers {workers}: not every worker listens; "
+                                   f"{self.proxy.stderr()[-2000:]}")
+            time.sleep(0.05)
+        parent = self.proxy.proc.pid
+        self.pids = {"proxy": [parent, *children(parent)]} if workers > 1 else {"proxy": [parent]}
+        self.idle_kb = warm_and_idle(client, fake, self.proxy, f"w{workers}", seed)
+        self.records = len(FORMATS)
+
+    def stop(self) -> None:
+        self.proxy.stop()
+
+
+def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, tokens: int,
+            seed: int, rng: random.Random) -> dict[str, Any]:
+    """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU."""
+    profile = build_profile(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0")
+    set_text(fake, tokens, seed + 3)
+    tag = f"w{proxy.workers}-n{n}-s{spread:g}"
+    fmts = itertools.islice(itertools.cycle(FORMATS), n)
+    specs = [{**stream_spec(fake, fmt, f"{tag}-{i}"), "delay": rng.uniform(0, spread)}
+             for i, fmt in enumerate(fmts)]
+    pids = {**proxy.pids, "client": [client.proc.pid], "upstream": [os.getpid()]}
+    with Usage(pids) as usage:
+        results = client.streams(proxy.proxy.url, specs, concurrent=True, raw=True)
+    analysed = analyse(specs, results, proxy.proxy, profile, seed, earlier=proxy.records)
+    proxy.records += n
+    records = proxy.proxy.records(proxy.records, timeout=30)
+    fake.clear()
+    cpu = {name: cpu_while_streaming(results, series) for name, series in usage.series.items()}
+    events = sum(a["events"] for a in analysed)
+    proxy_cpu = cpu["proxy"]
+    client_ttft = pct([a["client_ttft_err_ms"] for a in analysed], 50, 99)
+    proxy_ttft = pct([a["proxy_ttft_err_ms"] for a in analysed], 50, 99)
+    served: dict[str, int] = {}
+    for r in records:
+        if r["url"].find(f"bench={tag}-") >= 0:
+            key = str(r.get("worker", 1))
+            served[key] = served.get(key, 0) + 1
+    return {
+        "workers": proxy.workers, "streams": n, "start_spread_s": spread, "target_tps": RATE,
+        "events_per_s": n * RATE, "events": events,
+        **summarize_fidelity(analysed),
+        "client_ttft_err_p": {"p50": client_ttft[0], "p99": client_ttft[1],
+                              "max": max(a["client_ttft_err_ms"] for a in analysed)},
+        "proxy_ttft_err_p": {"p50": proxy_ttft[0], "p99": proxy_ttft[1],
+                             "max": max(a["proxy_ttft_err_ms"] for a in analysed)},
+        "cpu": cpu,
+        "cpu_us_per_event": proxy_cpu["cpu_s"] / max(1, events) * 1e6 if proxy_cpu else None,
+        "served_by_worker": served,
+    }
+
+
+def measure(plan: ScalePlan, seed: int, tmp: Path) -> list[dict[str, Any]]:
+    """Every row for every worker count, the proxies taking turns (alternating first)."""
+    rows = []
+    rng = random.Random(seed)
+    with FakeLLM(bursts=3) as fake, Client() as client:
+        fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
+        proxies = [Proxy(client, fake, tmp, w, seed) for w in plan.workers]
+        try:
+            cases = [(n, SPREAD_S) for n in plan.spread] + [(plan.burst, 0.0)]
+            for k, (n, spread) in enumerate(cases):
+                order = proxies if k % 2 == 0 else proxies[::-1]
+                for p in order:
+                    progress(f"scaling: --workers {p.workers}, {n} streams x {plan.tokens} tokens "
+                             f"at {RATE:g} tok/s, started within {spread:g} s")
+                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng))
+                    time.sleep(0.5)  # let the last records and connections settle
+        finally:
+            for p in proxies:
+                p.stop()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke test, not figures")
+    ap.add_argument("--seed", type=int, default=7, help="seed for texts and the proxies' timing")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="where the results go")
+    args = ap.parse_args()
+    plan = QUICK if args.quick else FULL
+    started = datetime.now(UTC)
+    t0 = time.monotonic()
+    res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
+                           "seed": args.seed, "machine": machine(), "plan": asdict(plan)}
+    with tempfile.TemporaryDirectory(prefix="retimer-scaling-") as td:
+        res["rows"] = measure(plan, args.seed, Path(td))
+    res["duration_s"] = time.monotonic() - t0
+    res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    markdown = render(res)
+    args.results.mkdir(parents=True, exist_ok=True)
+    name = f"scaling-{started.strftime('%Y%m%dT%H%M%S')}{'-quick' if args.quick else ''}.json"
+    for path in (args.results / name, args.results / "scaling-latest.json"):
+        path.write_text(json.dumps(res, indent=1, default=float))
+    (args.results / "scaling-latest.md").write_text(markdown)
+    print(markdown)
+    print(f"[bench] results: {args.results / name} ({res['duration_s']:.0f} s)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

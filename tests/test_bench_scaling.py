@@ -1,0 +1,102 @@
+"""bench.scaling works (no timing asserted: figures live in BENCHMARKS.md): the quick run drives
+`retimer --workers 1` and `--workers 2` with the raw-socket client and every stream arrives
+whole; the raw client's offline HTTP parsing gives the body however the reads were cut; the
+report's verdicts follow the bounds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import h11
+
+from bench import rawclient
+from bench.harness import ROOT
+from bench.scaling_report import done_when, held, model, render
+
+BODY = b"data: {\"a\": 1}\n\ndata: {\"b\": 2}\n\ndata: [DONE]\n\n"
+
+
+def _chunked(body: bytes) -> bytes:
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    pieces = [body[:10], body[10:31], body[31:]]
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n"
+
+
+def _client_conn() -> h11.Connection:
+    conn = h11.Connection(h11.CLIENT)
+    rawclient.request_bytes(conn, "POST", "http://up.test:1/v1/x?bench=a", True, {}, b"{}")
+    return conn
+
+
+def test_raw_client_parses_a_chunked_response_however_the_reads_were_cut() -> None:
+    wire = _chunked(BODY)
+    for cut in range(1, len(wire)):
+        reads = [(1.0, wire[:cut]), (2.0, wire[cut:])]
+        status, t_head, body = rawclient.parse_response(_client_conn(), reads)
+        assert status == 200
+        assert b"".join(d for _, d in body) == BODY
+        assert t_head == (1.0 if b"\r\n\r\n" in wire[:cut] else 2.0)
+        times = [t for t, _ in body]
+        assert times == sorted(times)  # a piece keeps the time of the read that completed it
+        first = b"".join(d for t, d in body if t == 1.0)
+        assert BODY.startswith(first) and len(first) < cut  # only what the first read held
+
+
+def test_raw_client_ends_a_close_delimited_body_with_the_connection() -> None:
+    wire = b"HTTP/1.1 200 OK\r\nconnection: close\r\n\r\n" + BODY
+    status, _, body = rawclient.parse_response(_client_conn(), [(1.0, wire)])
+    assert status == 200 and b"".join(d for _, d in body) == BODY
+
+
+def test_raw_client_sends_absolute_form_through_a_proxy_and_origin_form_direct() -> None:
+    proxied = rawclient.request_bytes(h11.Connection(h11.CLIENT), "GET", "http://up.test:1/w?q=1", True, {})
+    direct = rawclient.request_bytes(h11.Connection(h11.CLIENT), "GET", "http://up.test:1/w?q=1", False, {})
+    assert proxied.startswith(b"GET http://up.test:1/w?q=1 HTTP/1.1\r\n")
+    assert direct.startswith(b"GET /w?q=1 HTTP/1.1\r\n")
+
+
+def _row(workers: int, streams: int, spread: float, p99: float, ttft: float = 1.0,
+         incomplete: int = 0) -> dict[str, Any]:
+    cpu = {"pct": 50.0, "cpu_s": 1.0, "span_s": 2.0}
+    return {"workers": workers, "streams": streams, "start_spread_s": spread, "target_tps": 50.0,
+            "late_client_ms": {"p50": 1.0, "p99": p99, "max": p99 + 1},
+            "client_ttft_err_p": {"p50": 1.0, "p99": ttft, "max": ttft},
+            "proxy_ttft_err_p": {"p50": 1.0, "p99": ttft, "max": ttft},
+            "cpu": {"proxy": cpu, "client": cpu, "upstream": cpu, "core0": cpu, "core1": cpu},
+            "cpu_us_per_event": 100.0, "served_by_worker": {"1": streams}, "incomplete": incomplete}
+
+
+def test_report_verdicts_follow_the_bounds() -> None:
+    rows = [_row(2, 100, 1.0, 2.0), _row(2, 200, 1.0, 4.9), _row(2, 300, 1.0, 5.1),
+            _row(2, 200, 0.0, 30.0, ttft=60.0), _row(1, 100, 1.0, 6.0), _row(1, 200, 1.0, 1.0, incomplete=1)]
+    assert held(rows, 2) == (200, 300)
+    assert held(rows, 1) == (None, 100)
+    text = done_when(rows)
+    assert "p99 4.90 ms (bound 5 ms): **met**" in text
+    assert "(bound 50 ms): **not met**" in text
+    m = model(rows, nproc=2)
+    assert m is not None and m["streams"] == 200 and m["per_core"] == 200  # 1e6 / (100 us x 50)
+    assert m["headroom"] == 200 * 100 * 50 / 1e6 / 1.0  # 2 cores - client and upstream's 1.0
+
+
+def test_quick_run_drives_one_and_two_workers_and_every_stream_arrives_whole(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "bench.scaling", "--quick", "--results", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    res = json.loads((tmp_path / "scaling-latest.json").read_text())
+    rows = res["rows"]
+    plan = res["plan"]
+    cases = [(n, 1.0) for n in plan["spread"]] + [(plan["burst"], 0.0)]
+    assert sorted((r["workers"], r["streams"], r["start_spread_s"]) for r in rows) == sorted(
+        (w, n, s) for w in (1, 2) for n, s in cases)
+    for r in rows:
+        assert r["streams"] == sum(r["served_by_worker"].values())
+        assert r["incomplete"] == 0 and r["token_count_mismatches"] == 0 and r["upstream_bound"] == 0
+        assert r["tokens"] == plan["tokens"]
+        assert set(r["cpu"]) >= {"proxy", "client", "upstream", "core0"}
+        assert r["cpu_us_per_event"] > 0
+    assert render(res) == (tmp_path / "scaling-latest.md").read_text()
