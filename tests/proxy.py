@@ -35,11 +35,12 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
 class RetimerProxy:
     """`retimer` listening on a free port with its own confdir (CA) and record log."""
 
-    def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None) -> None:
+    def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None,
+                 confdir: Path | None = None) -> None:
         self.tmp = tmp
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self.confdir = tmp / "confdir"
+        self.confdir = confdir or tmp / "confdir"  # another's: instances sharing one CA
         self.log_path = tmp / "records.jsonl"
         self.out_path = tmp / "retimer.out"
         self.err_path = tmp / "retimer.err"

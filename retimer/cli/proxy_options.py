@@ -102,6 +102,7 @@ class ProxyConfig:
     participant: str = ""
     study_banner: tuple[str, ...] = ()  # a study's banner lines, shown instead of the timing
     workers: int = 1  # proxy processes sharing the port (retimer.cli.workers); 1: this process
+    study_state: str = ""  # `retimer study --study-state`: positions shared with other instances
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyConfig:

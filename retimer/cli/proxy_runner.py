@@ -84,6 +84,7 @@ def build_proxy(
         "retimer_cache_max_mb": config.cache_max_mb,
         "retimer_study": study,
         "retimer_participant": config.participant,
+        "retimer_study_state": config.study_state,
     }
     if config.upstream:
         updates["mode"] = [f"reverse:{config.upstream}"]

@@ -36,6 +36,10 @@ def parser() -> OneLineParser:
     p.add_argument("study", metavar="STUDY.yaml", help="the study file")
     p.add_argument("--participant", default="", metavar="ID",
                    help="this participant's id (letters, digits, . _ -)")
+    p.add_argument("--study-state", default="", metavar="PATH",
+                   help="keep the participant's unit positions in this sqlite3 file, shared by "
+                   "every instance of this participant's proxy (behind a load balancer); kept "
+                   "after exit, so a restarted instance goes on where the others are")
     p.add_argument("--plan", type=int, default=0, metavar="N",
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
@@ -85,6 +89,7 @@ def main(argv: list[str]) -> None:
         seed=design.timing_seed(args.participant) if config.seed is None else config.seed,
         log=config.log or f"retimer-study-{args.participant}.jsonl",  # no study name: it may hint
         study=args.study, participant=args.participant, study_banner=tuple(banner),
+        study_state=shared_state(args.study_state),
     )
     if config.workers > 1:  # the workers share the unit positions (retimer.proxy.study_state)
         from retimer.cli.workers import run_workers
@@ -92,6 +97,23 @@ def main(argv: list[str]) -> None:
         raise SystemExit(asyncio.run(run_workers(config)))
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_proxy(config))
+
+
+def shared_state(path: str) -> str:
+    """--study-state's file, its tables made (a bad path is one line, before the proxy starts)."""
+    if not path:
+        return ""
+    import sqlite3
+    from pathlib import Path
+
+    from retimer.proxy.study_state import SharedState
+
+    full = Path(path).expanduser().resolve()
+    try:
+        SharedState(full).close()
+    except sqlite3.Error as e:
+        fail(f"--study-state: cannot open {path} as a sqlite3 file: {e}")
+    return str(full)
 
 
 def print_plan(design: StudyDesign, participant: str, units: int) -> None:

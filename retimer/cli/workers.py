@@ -90,10 +90,12 @@ class Workers:
         if has_study(config):  # one participant's unit positions, whichever worker serves
             from retimer.proxy.study_state import SharedState
 
-            self.study_state = config.confdir / f"study-state-{os.getpid()}.sqlite"
-            SharedState(self.study_state).close()  # the tables, before any worker opens it
-            self.config = config = replace(
-                config, sets=(*config.sets, f"retimer_study_state={self.study_state}"))
+            if config.study_state:  # --study-state: shared with other instances, theirs to keep
+                SharedState(config.study_state).close()
+            else:
+                self.study_state = config.confdir / f"study-state-{os.getpid()}.sqlite"
+                SharedState(self.study_state).close()  # the tables, before any worker opens it
+                self.config = config = replace(config, study_state=str(self.study_state))
         for index in range(1, config.workers + 1):
             self.workers.append(await self._spawn(index))
         pending = {asyncio.ensure_future(w.proc.wait()) for w in self.workers}

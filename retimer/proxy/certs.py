@@ -6,11 +6,17 @@ real certificates no longer validate), so SDKs and CLIs get the combined bundle.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import ssl
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 CA_FILE = "mitmproxy-ca-cert.pem"
 BUNDLE_FILE = "retimer-ca-bundle.pem"
+LOCK_FILE = ".retimer-ca.lock"
 _SYSTEM_BUNDLES = (
     "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Arch
     "/etc/pki/tls/certs/ca-bundle.crt",  # Fedora, RHEL
@@ -38,8 +44,30 @@ def write_bundle(confdir: Path) -> Path:
     system = system_bundle()
     roots = system.read_text() if system else ""
     bundle = confdir / BUNDLE_FILE
-    bundle.write_text(roots.rstrip("\n") + "\n" + ca)
+    # atomically: another instance sharing the confdir may be handing this file to a client
+    fd, tmp = tempfile.mkstemp(dir=confdir, prefix=".bundle-")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(roots.rstrip("\n") + "\n" + ca)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, bundle)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return bundle
+
+
+@contextlib.contextmanager
+def ca_lock(confdir: Path) -> Iterator[None]:
+    """Held while the CA is checked and made: instances started at once on one empty confdir
+    (behind a load balancer) would otherwise each make their own CA, overwriting each other's
+    files (mitmproxy checks for the file, then writes four, with no lock)."""
+    with open(confdir / LOCK_FILE, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ensure_ca(confdir: Path, key_size: int = 2048) -> Path:
@@ -52,11 +80,12 @@ def ensure_ca(confdir: Path, key_size: int = 2048) -> Path:
 
     confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     confdir.chmod(0o700)
-    CertStore.from_store(confdir, "mitmproxy", key_size)
-    for secret in ("mitmproxy-ca.pem", "mitmproxy-ca.p12"):
-        path = confdir / secret
-        if path.exists():
-            path.chmod(0o600)
+    with ca_lock(confdir):  # one CA, whichever of several instances comes first
+        CertStore.from_store(confdir, "mitmproxy", key_size)
+        for secret in ("mitmproxy-ca.pem", "mitmproxy-ca.p12"):
+            path = confdir / secret
+            if path.exists():
+                path.chmod(0o600)
     return confdir / CA_FILE
 
 

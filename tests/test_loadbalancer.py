@@ -1,0 +1,212 @@
+"""Two retimer processes (`--listen-port A`, `--listen-port B`, one shared confdir and so one CA)
+behind Debian's HAProxy in TCP mode: forward-proxy clients (the openai SDK with HTTPS_PROXY set
+to the balancer) and reverse-mode clients (base URL = the balancer) get re-timed, whole streams,
+both instances serve, each writes its own log and `retimer report` / `retimer export` read both;
+the TCP health check takes a stopped instance out; two instances starting at once on an empty
+confdir make one CA; a study participant's units are numbered once, in the design's order,
+whichever instance serves (`retimer study --study-state`). See docs/deployment.md."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import multiprocessing
+import sqlite3
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import openai
+import pytest
+
+from retimer.proxy.study_addon import load_study
+from tests.balancer import HAProxy
+from tests.proxy import RetimerProxy, run_cli
+from tests.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.test_study import TEXT as STUDY_TEXT
+from tests.test_study import StudyProxy, chat, write_study
+from tests.upstream import FakeLLM
+
+TEXT = "Two instances behind one balancer; each connection lands on one of them. " * 2
+PACED = ("--ttft", "200ms", "--tps", "60", "--jitter", "0", "--profile", "gpt-5")
+
+
+def _both(proxies: list[RetimerProxy]) -> list[RetimerProxy]:
+    """Started at the same time, so on an empty confdir they race to make the CA."""
+    with ThreadPoolExecutor(len(proxies)) as pool:
+        return list(pool.map(lambda p: p.start(), proxies))
+
+
+def _records(log: Path) -> list[dict]:
+    raw = log.read_bytes() if log.exists() else b""
+    return [json.loads(line) for line in raw.decode().split("\n")[:-1]]
+
+
+def _wait_records(logs: list[Path], n: int, timeout: float = 15.0) -> None:
+    """Until the logs hold `n` records between them (a record is written as its stream ends)."""
+    deadline = time.monotonic() + timeout
+    while sum(len(_records(log)) for log in logs) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _retimed(record: dict) -> bool:
+    return (record["outcome"] == "complete" and record["target"] == {"ttft_ms": 200.0, "tps": 60.0}
+            and record["emitted"]["ttft_ms"] >= 200 - 2  # never early
+            and record["emitted"]["tokens"] == record["upstream"]["tokens"] > 20)
+
+
+@pytest.fixture
+def tls_fake() -> Iterator[FakeLLM]:
+    with FakeLLM(make_openai_stream(TEXT), bursts=3, tls=True) as f:
+        yield f
+
+
+def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
+    tmp_path: Path, tls_fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "confdir"  # empty: both instances find no CA
+    a, b = (RetimerProxy(tmp_path / name, *PACED, "--intercept", r"^127\.0\.0\.1:", "--quiet",
+                         upstream_ca=tls_fake.ca_path, confdir=shared) for name in "ab")
+    _both([a, b])
+    try:
+        with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
+            monkeypatch.setenv("HTTPS_PROXY", balancer.url)  # what a user's shell would set
+            monkeypatch.delenv("NO_PROXY", raising=False)
+            monkeypatch.delenv("no_proxy", raising=False)
+
+            def stream(i: int) -> str:
+                client = openai.OpenAI(  # the proxy from the environment; trusts the one shared CA
+                    base_url=tls_fake.url + "/v1", api_key="sk-balanced-secret",
+                    http_client=openai.DefaultHttpxClient(verify=a.client_ssl_context()))
+                chunks = client.chat.completions.create(
+                    model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
+                return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+            with ThreadPoolExecutor(6) as pool:
+                assert list(pool.map(stream, range(12))) == [TEXT] * 12
+            _wait_records([a.log_path, b.log_path], 12)
+            served_by_a = len(_records(a.log_path))
+            # the health check: a stopped instance is taken out, the other serves everything
+            b.stop()
+            balancer.wait_status({"a": "UP", "b": "DOWN"})
+            assert [stream(i) for i in range(12, 16)] == [TEXT] * 4
+            _wait_records([a.log_path, b.log_path], 16)
+    finally:
+        a.stop()
+        b.stop()
+    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    assert from_a and from_b  # both instances served
+    assert len(from_a) + len(from_b) == 16 and all(_retimed(r) for r in from_a + from_b)
+    assert len({r["id"] for r in from_a + from_b}) == 16
+    assert len(from_a) == served_by_a + 4  # the last four all went to a
+    assert (shared / "retimer-ca-bundle.pem").read_text().endswith(a.ca_path.read_text())  # one CA
+    for proxy in (a, b):
+        assert "sk-balanced-secret" not in proxy.log_path.read_text() + proxy.stderr()
+        assert "Traceback" not in proxy.stderr()
+    # records: one log per instance, read together
+    html = tmp_path / "report.html"
+    done = run_cli("report", str(a.log_path), str(b.log_path), "-o", str(html))
+    assert done.returncode == 0, done.stderr
+    assert "16 streams" in done.stderr
+    table = tmp_path / "streams.csv"
+    done = run_cli("export", str(a.log_path), str(b.log_path), "--csv", str(table))
+    assert done.returncode == 0, done.stderr
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    assert sorted(r["stream_id"] for r in rows) == sorted(r["id"] for r in from_a + from_b)
+
+
+def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_path: Path) -> None:
+    with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
+        a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet",
+                             confdir=tmp_path / "confdir") for name in "ab")
+        _both([a, b])
+        try:
+            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
+                def stream(i: int) -> str:
+                    client = openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse")
+                    chunks = client.chat.completions.create(
+                        model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
+                    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+                with ThreadPoolExecutor(6) as pool:
+                    assert list(pool.map(stream, range(12))) == [TEXT] * 12
+                _wait_records([a.log_path, b.log_path], 12)
+        finally:
+            a.stop()
+            b.stop()
+    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    assert from_a and from_b and len(from_a) + len(from_b) == 12
+    assert all(_retimed(r) for r in from_a + from_b)
+
+
+def _fingerprint_after_ensure_ca(confdir: str, start: multiprocessing.synchronize.Barrier,
+                                 out: multiprocessing.Queue) -> None:
+    from mitmproxy.certs import CertStore
+
+    from retimer.proxy.certs import ensure_ca
+
+    start.wait()
+    ensure_ca(Path(confdir))
+    out.put(CertStore.from_store(Path(confdir), "mitmproxy", 2048).default_ca.fingerprint().hex())
+
+
+def test_instances_starting_at_once_on_an_empty_confdir_make_one_ca(tmp_path: Path) -> None:
+    """mitmproxy checks for its CA file and then writes four files, with no lock: without
+    retimer's lock in ensure_ca, processes starting together each made (and served) their own."""
+    n = 6
+    context = multiprocessing.get_context("spawn")
+    start, out = context.Barrier(n), context.Queue()
+    procs = [context.Process(target=_fingerprint_after_ensure_ca, args=(str(tmp_path / "c"), start, out))
+             for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * n
+    from mitmproxy.certs import Cert
+
+    on_disk = Cert.from_pem((tmp_path / "c" / "mitmproxy-ca-cert.pem").read_bytes()).fingerprint().hex()
+    assert {out.get(timeout=5) for _ in range(n)} == {on_disk}  # one CA, the one clients trust
+
+
+def test_a_study_participant_gets_the_same_units_whichever_instance_serves(tmp_path: Path) -> None:
+    study = write_study(tmp_path, ratings=True)
+    design, profiles = load_study(str(study))
+    state = tmp_path / "P3-state.sqlite"
+    n = 12
+    with FakeLLM(make_openai_stream(STUDY_TEXT), make_anthropic_stream(STUDY_TEXT), bursts=2) as fake:
+        a, b = (StudyProxy(tmp_path / name, study, "P3", "--study-state", str(state), "--quiet")
+                for name in "ab")
+        for proxy in (a, b):
+            proxy.confdir = tmp_path / "confdir"
+            proxy.args[proxy.args.index(f"confdir={proxy.tmp / 'confdir'}")] = f"confdir={proxy.confdir}"
+        _both([a, b])
+        try:
+            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
+                for i in range(n):  # one connection each: round robin alternates the instances
+                    assert chat(balancer.url, fake, f"question {i}").status_code == 200
+                _wait_records([a.log_path, b.log_path], n)
+        finally:
+            a.stop()
+            b.stop()
+    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    assert from_a and from_b  # both instances served the participant
+    records = sorted(from_a + from_b, key=lambda r: r["time"])
+    assert [r["unit"] for r in records] == list(range(n))  # each position once, in request order
+    for r in records:  # the counterbalanced order one instance gives
+        assert r["condition"] == design.condition("P3", r["unit"]).name
+        assert r["target"]["ttft_ms"] == pytest.approx(profiles[r["condition"]].ttft.p50 * 1000)
+    assert a.proc.returncode == 0 and b.proc.returncode == 0
+    with sqlite3.connect(state) as db:  # kept: neither instance deleted it under the other
+        assert db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone() == (n,)
+
+
+def test_a_bad_study_state_path_is_one_line(tmp_path: Path) -> None:
+    study = write_study(tmp_path)
+    done = run_cli("study", str(study), "--participant", "P1",
+                   "--study-state", str(tmp_path / "absent" / "state.sqlite"))
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("retimer: error: --study-state: cannot open ")
+    assert "Traceback" not in done.stderr
