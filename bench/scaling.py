@@ -149,7 +149,7 @@ class Proxy:
 
 
 def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, tokens: int,
-            seed: int, rng: random.Random) -> dict[str, Any]:
+            seed: int, rng: random.Random, raw: bool = True) -> dict[str, Any]:
     """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU."""
     profile = build_profile(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0")
     set_text(fake, tokens, seed + 3)
@@ -159,7 +159,7 @@ def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, 
              for i, fmt in enumerate(fmts)]
     pids = {**proxy.pids, "client": [client.proc.pid], "upstream": [os.getpid()]}
     with Usage(pids) as usage:
-        results = client.streams(proxy.proxy.url, specs, concurrent=True, raw=True)
+        results = client.streams(proxy.proxy.url, specs, concurrent=True, raw=raw)
     analysed = analyse(specs, results, proxy.proxy, profile, seed, earlier=proxy.records)
     proxy.records += n
     records = proxy.proxy.records(proxy.records, timeout=30)
@@ -188,7 +188,7 @@ def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, 
     }
 
 
-def measure(plan: ScalePlan, seed: int, tmp: Path) -> list[dict[str, Any]]:
+def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dict[str, Any]]:
     """Every row for every worker count, the proxies taking turns (alternating first)."""
     rows = []
     rng = random.Random(seed)
@@ -202,7 +202,7 @@ def measure(plan: ScalePlan, seed: int, tmp: Path) -> list[dict[str, Any]]:
                 for p in order:
                     progress(f"scaling: --workers {p.workers}, {n} streams x {plan.tokens} tokens "
                              f"at {RATE:g} tok/s, started within {spread:g} s")
-                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng))
+                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng, raw))
                     time.sleep(0.5)  # let the last records and connections settle
         finally:
             for p in proxies:
@@ -215,14 +215,17 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny counts: a smoke test, not figures")
     ap.add_argument("--seed", type=int, default=7, help="seed for texts and the proxies' timing")
     ap.add_argument("--results", type=Path, default=RESULTS, help="where the results go")
+    ap.add_argument("--httpx", action="store_true",
+                    help="bench.client's httpx streams instead of raw sockets (to see the client's cost)")
     args = ap.parse_args()
     plan = QUICK if args.quick else FULL
     started = datetime.now(UTC)
     t0 = time.monotonic()
     res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
-                           "seed": args.seed, "machine": machine(), "plan": asdict(plan)}
+                           "seed": args.seed, "machine": machine(), "plan": asdict(plan),
+                           "client": "httpx" if args.httpx else "raw sockets"}
     with tempfile.TemporaryDirectory(prefix="retimer-scaling-") as td:
-        res["rows"] = measure(plan, args.seed, Path(td))
+        res["rows"] = measure(plan, args.seed, Path(td), raw=not args.httpx)
     res["duration_s"] = time.monotonic() - t0
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     markdown = render(res)

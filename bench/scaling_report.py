@@ -30,12 +30,23 @@ def _cores(row: dict[str, Any]) -> str:
     return " / ".join(_f(_pct(row["cpu"], k), 0) for k in names)
 
 
+def others_pct(row: dict[str, Any]) -> float | None:
+    """What the rest of the machine used meanwhile (% of a core): every core's busy time minus
+    the proxy's, the client's and the upstream's (this machine is shared)."""
+    busy = [_pct(row["cpu"], k) for k in row["cpu"] if k.startswith("core")]
+    ours = [_pct(row["cpu"], k) for k in ("proxy", "client", "upstream")]
+    if not busy or None in busy or None in ours:
+        return None
+    return max(0.0, sum(b for b in busy if b is not None) - sum(o for o in ours if o is not None))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """One line per (streams, start, workers), the worker counts side by side."""
     out = ["| streams | start | workers | lateness p50 / p99 / max ms | TTFT error p50 / p99 ms "
            "(client) | TTFT error p99 ms (record) | proxy CPU % of a core | proxy CPU us/event "
-           "| client CPU % | upstream CPU % | cores busy % | streams per worker | incomplete |",
-           "|" + "---|" * 13]
+           "| client CPU % | upstream CPU % | cores busy % | other processes % | streams per worker "
+           "| incomplete |",
+           "|" + "---|" * 14]
     for r in rows:
         late = r["late_client_ms"]
         start = "same instant" if r["start_spread_s"] == 0 else f"within {r['start_spread_s']:g} s"
@@ -46,7 +57,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{_f(r['client_ttft_err_p']['p99'])} | {_f(r['proxy_ttft_err_p']['p99'])} | "
             f"{_f(_pct(r['cpu'], 'proxy'), 0)} | {_f(r['cpu_us_per_event'], 0)} | "
             f"{_f(_pct(r['cpu'], 'client'), 0)} | {_f(_pct(r['cpu'], 'upstream'), 0)} | "
-            f"{_cores(r)} | {served} | {r['incomplete']} |")
+            f"{_cores(r)} | {_f(others_pct(r), 0)} | {served} | {r['incomplete']} |")
     return "\n".join(out) + "\n"
 
 
@@ -147,6 +158,7 @@ def render(res: dict[str, Any]) -> str:
     mach = res["machine"]
     head = (f"Run of {res['started']}{' (--quick: tiny counts, not figures)' if res['quick'] else ''}, "
             f"{res['duration_s']:.0f} s, retimer {mach['retimer']}, {mach['nproc']} CPUs, load average "
-            f"{mach['loadavg_start']} at the start, {mach.get('loadavg_end', '?')} at the end.\n")
+            f"{mach['loadavg_start']} at the start, {mach.get('loadavg_end', '?')} at the end; "
+            f"client: {res.get('client', 'raw sockets')}.\n")
     return "\n".join([head, table(res["rows"]), done_when(res["rows"]),
                       model_text(model(res["rows"], mach["nproc"]))])
