@@ -210,3 +210,27 @@ def test_a_bad_study_state_path_is_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr.strip().startswith("retimer: error: --study-state: cannot open ")
     assert "Traceback" not in done.stderr
+
+
+def test_workers_of_one_instance_use_and_keep_the_given_study_state(tmp_path: Path) -> None:
+    """`--workers 2 --study-state PATH`: the workers count in that file, not one of their own,
+    and the parent leaves it in place at exit (other instances may still be using it)."""
+    study = write_study(tmp_path)
+    state = tmp_path / "P2-state.sqlite"
+    with FakeLLM(make_openai_stream(STUDY_TEXT), bursts=2) as fake:
+        proxy = StudyProxy(tmp_path / "p", study, "P2", "--workers", "2", "--study-state", str(state))
+        proxy.start()
+        try:
+            deadline = time.monotonic() + 30
+            while "retimer listening on" not in proxy.stdout() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for i in range(6):
+                assert chat(proxy.url, fake, f"question {i}").status_code == 200
+            records = proxy.records(6)
+        finally:
+            proxy.stop()
+    assert proxy.proc.returncode == 0
+    assert sorted(r["unit"] for r in records) == list(range(6))
+    assert not list(proxy.confdir.glob("study-state-*"))  # no file of the run's own
+    with sqlite3.connect(state) as db:
+        assert db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone() == (6,)
