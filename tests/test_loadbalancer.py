@@ -141,12 +141,21 @@ def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_
     assert all(_retimed(r) for r in from_a + from_b)
 
 
-def _fingerprint_after_ensure_ca(confdir: str, start: multiprocessing.synchronize.Barrier,
-                                 out: multiprocessing.Queue) -> None:
+def _make_ca_counting(confdir: str, start: multiprocessing.synchronize.Barrier,
+                      out: multiprocessing.Queue) -> None:
+    """ensure_ca in a process started with the others; says "made" for each CA it creates,
+    then the fingerprint of the CA it would serve with."""
     from mitmproxy.certs import CertStore
 
     from retimer.proxy.certs import ensure_ca
 
+    create = CertStore.create_store
+
+    def counted(*args: object, **kw: object) -> None:
+        out.put("made")
+        create(*args, **kw)  # type: ignore[arg-type]
+
+    CertStore.create_store = staticmethod(counted)  # type: ignore[method-assign, assignment]
     start.wait()
     ensure_ca(Path(confdir))
     out.put(CertStore.from_store(Path(confdir), "mitmproxy", 2048).default_ca.fingerprint().hex())
@@ -155,10 +164,12 @@ def _fingerprint_after_ensure_ca(confdir: str, start: multiprocessing.synchroniz
 def test_instances_starting_at_once_on_an_empty_confdir_make_one_ca(tmp_path: Path) -> None:
     """mitmproxy checks for its CA file and then writes four files, with no lock: without
     retimer's lock in ensure_ca, processes starting together each made (and served) their own."""
-    n = 6
-    context = multiprocessing.get_context("spawn")
+    import mitmproxy.certs  # noqa: F401  (imported once, before the fork: the processes start together)
+
+    n = 4
+    context = multiprocessing.get_context("fork")
     start, out = context.Barrier(n), context.Queue()
-    procs = [context.Process(target=_fingerprint_after_ensure_ca, args=(str(tmp_path / "c"), start, out))
+    procs = [context.Process(target=_make_ca_counting, args=(str(tmp_path / "c"), start, out))
              for _ in range(n)]
     for p in procs:
         p.start()
@@ -167,8 +178,12 @@ def test_instances_starting_at_once_on_an_empty_confdir_make_one_ca(tmp_path: Pa
     assert [p.exitcode for p in procs] == [0] * n
     from mitmproxy.certs import Cert
 
+    said = []
+    while not out.empty() or len(said) < n:
+        said.append(out.get(timeout=5))
+    assert said.count("made") == 1  # one process made the CA; the others waited and read it
     on_disk = Cert.from_pem((tmp_path / "c" / "mitmproxy-ca-cert.pem").read_bytes()).fingerprint().hex()
-    assert {out.get(timeout=5) for _ in range(n)} == {on_disk}  # one CA, the one clients trust
+    assert {x for x in said if x != "made"} == {on_disk}  # one CA, the one clients trust
 
 
 def test_a_study_participant_gets_the_same_units_whichever_instance_serves(tmp_path: Path) -> None:
