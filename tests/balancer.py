@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -17,7 +16,7 @@ from types import TracebackType
 
 import pytest
 
-from tests.proxy import free_port
+from tests.proxy import free_port, stop_process
 
 HAPROXY = "/usr/sbin/haproxy"
 
@@ -86,13 +85,7 @@ class HAProxy:
         return self
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def __enter__(self) -> HAProxy:
         return self.start()

@@ -32,6 +32,17 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     )
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 class RetimerProxy:
     """`retimer` listening on a free port with its own confdir (CA) and record log."""
 
@@ -80,13 +91,7 @@ class RetimerProxy:
         raise TimeoutError(f"retimer did not listen within {timeout}s: {self.stderr()}")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc)
 
     def __enter__(self) -> RetimerProxy:
         return self.start()

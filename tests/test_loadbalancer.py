@@ -51,6 +51,13 @@ def _wait_records(logs: list[Path], n: int, timeout: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def _chat(client: openai.OpenAI, i: int) -> str:
+    """One streamed chat completion's text (a new client: a new connection to the balancer)."""
+    chunks = client.chat.completions.create(
+        model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+
+
 def _retimed(record: dict) -> bool:
     return (record["outcome"] == "complete" and record["target"] == {"ttft_ms": 200.0, "tps": 60.0}
             and record["emitted"]["ttft_ms"] >= 200 - 2  # never early
@@ -77,12 +84,9 @@ def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
             monkeypatch.delenv("no_proxy", raising=False)
 
             def stream(i: int) -> str:
-                client = openai.OpenAI(  # the proxy from the environment; trusts the one shared CA
+                return _chat(openai.OpenAI(  # the proxy from the environment; trusts the one shared CA
                     base_url=tls_fake.url + "/v1", api_key="sk-balanced-secret",
-                    http_client=openai.DefaultHttpxClient(verify=a.client_ssl_context()))
-                chunks = client.chat.completions.create(
-                    model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
-                return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                    http_client=openai.DefaultHttpxClient(verify=a.client_ssl_context())), i)
 
             with ThreadPoolExecutor(6) as pool:
                 assert list(pool.map(stream, range(12))) == [TEXT] * 12
@@ -125,10 +129,7 @@ def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_
         try:
             with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
                 def stream(i: int) -> str:
-                    client = openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse")
-                    chunks = client.chat.completions.create(
-                        model="gpt-test", messages=[{"role": "user", "content": f"hi {i}"}], stream=True)
-                    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+                    return _chat(openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse"), i)
 
                 with ThreadPoolExecutor(6) as pool:
                     assert list(pool.map(stream, range(12))) == [TEXT] * 12
