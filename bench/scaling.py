@@ -33,7 +33,7 @@ from typing import Any
 from bench.analysis import cpu_while_streaming, summarize_fidelity
 from bench.harness import Client, FakeLLM, RetimerProxy, cpu_seconds, pct, progress, retimer_proxy, stream_spec
 from bench.run import RESULTS, machine
-from bench.scaling_report import render
+from bench.scaling_report import held, render
 from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
 from retimer.proxy.addon import build_profile
 
@@ -49,9 +49,11 @@ class ScalePlan:
     tokens: int  # per stream
     spread: tuple[int, ...]  # stream counts started within SPREAD_S (the search for the max)
     burst: int  # streams sent in the same instant
+    refine: int = 0  # then, per worker count, one count between the most held and the least not
+    # held, when they are further apart than this (0: no refining)
 
 
-FULL = ScalePlan(workers=(1, 2), tokens=200, spread=(100, 200, 300, 400), burst=200)
+FULL = ScalePlan(workers=(1, 2), tokens=200, spread=(50, 100, 200, 300, 400), burst=200, refine=50)
 QUICK = ScalePlan(workers=(1, 2), tokens=20, spread=(4, 8), burst=4)
 
 
@@ -204,6 +206,13 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dic
                              f"at {RATE:g} tok/s, started within {spread:g} s")
                     rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng, raw))
                     time.sleep(0.5)  # let the last records and connections settle
+            for p in proxies if plan.refine else ():
+                ok, bad = held(rows, p.workers)
+                if ok is not None and bad is not None and bad - ok > plan.refine:
+                    n = (ok + bad) // 2
+                    progress(f"scaling: --workers {p.workers}, {n} streams (between {ok} held and "
+                             f"{bad} not)")
+                    rows.append(run_row(client, fake, p, n, SPREAD_S, plan.tokens, seed, rng, raw))
         finally:
             for p in proxies:
                 p.stop()

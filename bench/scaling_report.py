@@ -47,7 +47,7 @@ def table(rows: list[dict[str, Any]]) -> str:
            "| client CPU % | upstream CPU % | cores busy % | other processes % | streams per worker "
            "| incomplete |",
            "|" + "---|" * 14]
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (-r["start_spread_s"], r["streams"], r["workers"])):
         late = r["late_client_ms"]
         start = "same instant" if r["start_spread_s"] == 0 else f"within {r['start_spread_s']:g} s"
         served = " / ".join(str(v) for _, v in sorted(r["served_by_worker"].items()))
@@ -62,14 +62,17 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def held(rows: list[dict[str, Any]], workers: int) -> tuple[int | None, int | None]:
-    """(largest count started within 1 s held at lateness p99 <= 5 ms, smallest count that was
-    not) for one worker count; None where there is none."""
+    """(largest count started within 1 s held at lateness p99 <= 5 ms below the smallest that
+    was not, that smallest) for one worker count; None where there is none. A larger count
+    that happened to hold above a failed one does not count."""
     spread = sorted((r for r in rows if r["workers"] == workers and r["start_spread_s"] > 0),
                     key=lambda r: r["streams"])
+    bad = [r["streams"] for r in spread
+           if r["late_client_ms"]["p99"] > LATE_P99_MS or r["incomplete"]]
+    first_bad = min(bad) if bad else None
     ok = [r["streams"] for r in spread
-          if r["late_client_ms"]["p99"] <= LATE_P99_MS and not r["incomplete"]]
-    bad = [r["streams"] for r in spread if r["streams"] not in ok]
-    return (max(ok) if ok else None), (min(bad) if bad else None)
+          if r["streams"] not in bad and (first_bad is None or r["streams"] < first_bad)]
+    return (max(ok) if ok else None), first_bad
 
 
 def _row(rows: list[dict[str, Any]], workers: int, streams: int, burst: bool) -> dict[str, Any] | None:

@@ -72,7 +72,8 @@ def _row(workers: int, streams: int, spread: float, p99: float, ttft: float = 1.
 
 def test_report_verdicts_follow_the_bounds() -> None:
     rows = [_row(2, 100, 1.0, 2.0), _row(2, 200, 1.0, 4.9), _row(2, 300, 1.0, 5.1),
-            _row(2, 200, 0.0, 30.0, ttft=60.0), _row(1, 100, 1.0, 6.0), _row(1, 200, 1.0, 1.0, incomplete=1)]
+            _row(2, 200, 0.0, 30.0, ttft=60.0), _row(1, 100, 1.0, 6.0), _row(1, 200, 1.0, 1.0, incomplete=1),
+            _row(1, 300, 1.0, 1.0)]  # held above a count that was not: not "held"
     assert others_pct(rows[0]) == 0.0  # 2 cores at 50 %, less our three at 50 % each: nothing left
     assert held(rows, 2) == (200, 300)
     assert held(rows, 1) == (None, 100)
