@@ -453,3 +453,18 @@ def test_a_body_that_breaks_still_gives_everything_decoded_before_in_order() -> 
     out = b"".join(e.data for e in pacer.abort(0.03))
     assert text_of(out) == " w" * 299 + " next"  # every piece of it, then what followed
     assert out.endswith(b"T: next\nT: part") and pacer.done
+
+
+def test_prepare_parses_ahead_one_slice_at_most() -> None:
+    from retimer.timing.backlog import SLICE_BYTES
+
+    burst = b"T: word\n" * 10_000
+    adapter = CountingLineAdapter()
+    pacer = StreamPacer(adapter, FixedTiming(0.4, 0.0002), start=0.0)
+    pacer.feed(burst, now=0.01)
+    first = pacer.pop_due(pacer.next_due() or 0.0)
+    parsed = adapter.parsed
+    pacer.prepare(first[-1].due + 1.0)  # far ahead: still one slice only
+    assert 0 < adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1
+    pacer.prepare(0.0)  # nothing falls due by then: nothing parsed
+    assert adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1

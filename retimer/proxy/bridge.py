@@ -282,6 +282,7 @@ class PacingBridge:
             due = pacer.idle(now, settings.idle_release)
         if due:
             yield from self._send(stream, paced, due, now)
+            pacer.prepare(now + emission.PARSE_AHEAD_S)  # the bytes are out: parse ahead now
         if pacer.done:
             if paced.held_end is not None:
                 end = paced.held_end

@@ -18,6 +18,7 @@ WINDOW_S = 0.0005  # on waking, send everything due within this window
 LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
 LONG_SLEEP_EARLY_S = 0.0004
 MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
+PARSE_AHEAD_S = 0.05  # after a send, the pacer parses (a slice at most) what falls due this soon
 
 
 def to_send(pacer: StreamPacer, now: float, draining: bool) -> list[Emission]:

@@ -143,7 +143,12 @@ class StreamPacer:
         else:
             self._outbox.push(Emission(now, data, 0, None))
 
-    def _pump(self, until: float, *, queued: bool = False) -> None:
+    def prepare(self, until: float) -> None:
+        """Parse ahead, at most one slice, what falls due by `until`: the caller calls this
+        right after a send, so parsing is done before tokens fall due, not when they do."""
+        self._pump(until, slices=1)
+
+    def _pump(self, until: float, *, queued: bool = False, slices: int | None = None) -> None:
         """Work through the backlog as far as the schedule needs: until everything due by
         `until` is scheduled (and, with `queued`, at least one emission is queued). In order:
         the pieces of a split event (one network event at a time), the events parsed, the
@@ -156,7 +161,9 @@ class StreamPacer:
             elif backlog.events:
                 event, arrival = backlog.events.popleft()
                 self._read(self._accept, arrival, event, arrival)
-            elif backlog:
+            elif backlog and slices != 0:
+                if slices is not None:
+                    slices -= 1
                 data, arrival = backlog.take()
                 self._read(self._feed_adapter, arrival, data, arrival)
             elif backlog.end_at is not None and self.state is PacerState.PACING:
