@@ -40,7 +40,15 @@ frontend retimer
 
 backend retimers
     balance roundrobin
-{servers}
+{check}{servers}
+"""
+
+# the HTTP check (retimer.proxy.health), in place of the plain TCP connect check
+HTTP_CHECK = """\
+    option httpchk
+    http-check send meth GET uri /health ver HTTP/1.1 hdr Host retimer
+    http-check expect status 200
+    timeout check 1s
 """
 
 SERVER = "    server {name} 127.0.0.1:{port} check inter 200ms fall 2 rise 1"
@@ -56,9 +64,10 @@ def haproxy_path() -> str:
 
 
 class HAProxy:
-    """`haproxy -db` with CONFIG, on a free port, balancing over `servers` (name -> port)."""
+    """`haproxy -db` with CONFIG, on a free port, balancing over `servers` (name -> port);
+    `http_check`: HAProxy's HTTP check on retimer's `GET /health` instead of a TCP connect."""
 
-    def __init__(self, tmp: Path, servers: dict[str, int]) -> None:
+    def __init__(self, tmp: Path, servers: dict[str, int], *, http_check: bool = False) -> None:
         self.binary = haproxy_path()
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -66,7 +75,8 @@ class HAProxy:
         self.config = tmp / "haproxy.cfg"
         self.log = tmp / "haproxy.out"
         lines = "\n".join(SERVER.format(name=n, port=p) for n, p in servers.items())
-        self.config.write_text(CONFIG.format(socket=self.socket, port=self.port, servers=lines))
+        check = HTTP_CHECK if http_check else ""
+        self.config.write_text(CONFIG.format(socket=self.socket, port=self.port, servers=lines, check=check))
         self.servers = servers
         self.proc: subprocess.Popen[bytes] | None = None
 

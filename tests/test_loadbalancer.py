@@ -12,12 +12,14 @@ import csv
 import io
 import json
 import multiprocessing
+import signal
 import sqlite3
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -250,3 +252,33 @@ def test_workers_of_one_instance_use_and_keep_the_given_study_state(tmp_path: Pa
     assert not list(proxy.confdir.glob("study-state-*"))  # no file of the run's own
     with sqlite3.connect(state) as db:
         assert db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone() == (6,)
+
+
+def test_the_health_endpoint_answers_from_the_proxy_and_haproxy_checks_it(tmp_path: Path) -> None:
+    """`GET http://retimer/health`: 200 from the proxy's own loop (through the proxy, or sent to
+    it directly as a balancer does), no record. HAProxy's HTTP check on it marks a stopped
+    (SIGSTOP) instance DOWN, which a TCP check cannot see: the kernel still accepts."""
+    a, b = (RetimerProxy(tmp_path / name, "--quiet", confdir=tmp_path / "confdir") for name in "ab")
+    _both([a, b])
+    try:
+        with httpx.Client(proxy=a.url, timeout=10) as through:
+            answer = through.get("http://retimer/health")
+        assert (answer.status_code, answer.json()) == (200, {"status": "ok"})
+        for host in ("retimer", f"127.0.0.1:{a.port}"):  # origin form, as a balancer sends it
+            direct = httpx.get(f"{a.url}/health", headers={"host": host}, timeout=10)
+            assert (direct.status_code, direct.json()) == (200, {"status": "ok"})
+        assert httpx.get(f"{a.url}/elsewhere", headers={"host": "retimer"}, timeout=10).status_code != 200
+        with HAProxy(tmp_path / "http", {"a": a.port, "b": b.port}, http_check=True) as http_checked, \
+                HAProxy(tmp_path / "tcp", {"a": a.port, "b": b.port}) as tcp_checked:
+            assert b.proc is not None
+            b.proc.send_signal(signal.SIGSTOP)  # b's loop stops; its port still accepts
+            try:
+                http_checked.wait_status({"a": "UP", "b": "DOWN"})
+                assert tcp_checked.status() == {"a": "UP", "b": "UP"}  # what a TCP check misses
+            finally:
+                b.proc.send_signal(signal.SIGCONT)
+            http_checked.wait_status({"a": "UP", "b": "UP"})
+    finally:
+        a.stop()
+        b.stop()
+    assert _records(a.log_path) == [] and _records(b.log_path) == []  # checks are not streams
