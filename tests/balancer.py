@@ -39,7 +39,7 @@ frontend retimer
     default_backend retimers
 
 backend retimers
-    balance roundrobin
+    balance {balance}
 {check}{servers}
 """
 
@@ -65,9 +65,11 @@ def haproxy_path() -> str:
 
 class HAProxy:
     """`haproxy -db` with CONFIG, on a free port, balancing over `servers` (name -> port);
-    `http_check`: HAProxy's HTTP check on retimer's `GET /health` instead of a TCP connect."""
+    `http_check`: HAProxy's HTTP check on retimer's `GET /health` instead of a TCP connect;
+    `balance`: roundrobin or leastconn."""
 
-    def __init__(self, tmp: Path, servers: dict[str, int], *, http_check: bool = False) -> None:
+    def __init__(self, tmp: Path, servers: dict[str, int], *, http_check: bool = False,
+                 balance: str = "roundrobin") -> None:
         self.binary = haproxy_path()
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -76,7 +78,8 @@ class HAProxy:
         self.log = tmp / "haproxy.out"
         lines = "\n".join(SERVER.format(name=n, port=p) for n, p in servers.items())
         check = HTTP_CHECK if http_check else ""
-        self.config.write_text(CONFIG.format(socket=self.socket, port=self.port, servers=lines, check=check))
+        self.config.write_text(CONFIG.format(socket=self.socket, port=self.port, servers=lines, check=check,
+                                             balance=balance))
         self.servers = servers
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -123,13 +123,14 @@ def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
     assert sorted(r["stream_id"] for r in rows) == sorted(r["id"] for r in from_a + from_b)
 
 
-def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_path: Path) -> None:
+@pytest.mark.parametrize("balance", ["roundrobin", "leastconn"])
+def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_path: Path, balance: str) -> None:
     with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
         a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet",
                              confdir=tmp_path / "confdir") for name in "ab")
         _both([a, b])
         try:
-            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
+            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}, balance=balance) as balancer:
                 def stream(i: int) -> str:
                     return _chat(openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse"), i)
 
