@@ -455,11 +455,26 @@ def test_a_body_that_breaks_still_gives_everything_decoded_before_in_order() -> 
     assert out.endswith(b"T: next\nT: part") and pacer.done
 
 
+class EndOnceAdapter(CountingLineAdapter):
+    """Refuses bytes after its end, as a real framing parser would."""
+
+    ended = False
+
+    def feed(self, data: bytes) -> list[Event]:
+        if self.ended:
+            raise AdapterError("bytes after the end")
+        return super().feed(data)
+
+    def end(self) -> list[Event]:
+        self.ended = True
+        return super().end()
+
+
 def test_prepare_parses_ahead_one_slice_at_most() -> None:
     from retimer.timing.backlog import SLICE_BYTES
 
     burst = b"T: word\n" * 10_000
-    adapter = CountingLineAdapter()
+    adapter = EndOnceAdapter()
     pacer = StreamPacer(adapter, FixedTiming(0.4, 0.0002), start=0.0)
     pacer.feed(burst, now=0.01)
     first = pacer.pop_due(pacer.next_due() or 0.0)
@@ -468,3 +483,10 @@ def test_prepare_parses_ahead_one_slice_at_most() -> None:
     assert 0 < adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1
     pacer.prepare(0.0)  # nothing falls due by then: nothing parsed
     assert adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1
+    pacer.finish(now=0.02)  # the upstream's end waits behind the bytes still to parse
+    for _ in range(5):
+        pacer.prepare(float("inf"))
+    out = pacer.pop_all()
+    assert all(e.due >= first[-1].due for e in out) and sum(e.tokens for e in out) == 9_999
+    assert b"".join(e.data for e in first + out) == burst
+    assert pacer.state is PacerState.PACING and pacer.done

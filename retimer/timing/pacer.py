@@ -161,8 +161,10 @@ class StreamPacer:
             elif backlog.events:
                 event, arrival = backlog.events.popleft()
                 self._read(self._accept, arrival, event, arrival)
-            elif backlog and slices != 0:
+            elif backlog:
                 if slices is not None:
+                    if slices == 0:
+                        break  # the budget is spent; the adapter's end waits for its bytes
                     slices -= 1
                 data, arrival = backlog.take()
                 self._read(self._feed_adapter, arrival, data, arrival)
