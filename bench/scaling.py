@@ -134,6 +134,15 @@ class Proxy:
                 "--jitter", "0", "--seed", str(seed), "--workers", str(workers))
         self.workers = workers
         self.proxy: RetimerProxy = retimer_proxy(tmp, f"scaling-w{workers}", *args).start()
+        try:
+            self.ready(client, fake, seed)
+        except BaseException:
+            self.proxy.stop()
+            raise
+
+    def ready(self, client: Client, fake: FakeLLM, seed: int) -> None:
+        """Every worker listening, one warm-up stream per format played, the idle memory."""
+        workers = self.workers
         assert self.proxy.proc
         deadline = time.monotonic() + 60
         while listening(self.proxy.port) < workers:  # the port answers once one worker listens
@@ -196,8 +205,10 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dic
     rng = random.Random(seed)
     with FakeLLM(bursts=3) as fake, Client() as client:
         fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
-        proxies = [Proxy(client, fake, tmp, w, seed) for w in plan.workers]
+        proxies: list[Proxy] = []
         try:
+            for w in plan.workers:  # appended one by one: a failed start stops those started
+                proxies.append(Proxy(client, fake, tmp, w, seed))
             cases = [(n, SPREAD_S) for n in plan.spread] + [(plan.burst, 0.0)]
             for k, (n, spread) in enumerate(cases):
                 order = proxies if k % 2 == 0 else proxies[::-1]
