@@ -160,15 +160,18 @@ class Proxy:
 
 
 def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, tokens: int,
-            seed: int, rng: random.Random, raw: bool = True) -> dict[str, Any]:
-    """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU."""
+            seed: int, rng: random.Random, raw: bool = True, idle: list[int] | None = None
+            ) -> dict[str, Any]:
+    """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU (also
+    of the `idle` processes: the other proxy, waiting its turn)."""
     profile = build_profile(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0")
     set_text(fake, tokens, seed + 3)
     tag = f"w{proxy.workers}-n{n}-s{spread:g}"
     fmts = itertools.islice(itertools.cycle(FORMATS), n)
     specs = [{**stream_spec(fake, fmt, f"{tag}-{i}"), "delay": rng.uniform(0, spread)}
              for i, fmt in enumerate(fmts)]
-    pids = {**proxy.pids, "client": [client.proc.pid], "upstream": [os.getpid()]}
+    pids = {**proxy.pids, "client": [client.proc.pid], "upstream": [os.getpid()],
+            "idle proxy": idle or []}
     with Usage(pids) as usage:
         results = client.streams(proxy.proxy.url, specs, concurrent=True, raw=raw)
     analysed = analyse(specs, results, proxy.proxy, profile, seed, earlier=proxy.records)
@@ -199,6 +202,11 @@ def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, 
     }
 
 
+def idle_pids(proxies: list[Proxy], busy: Proxy) -> list[int]:
+    """The processes of every proxy but the one being measured."""
+    return [pid for p in proxies if p is not busy for pid in p.pids["proxy"]]
+
+
 def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dict[str, Any]]:
     """Every row for every worker count, the proxies taking turns (alternating first)."""
     rows = []
@@ -215,7 +223,8 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dic
                 for p in order:
                     progress(f"scaling: --workers {p.workers}, {n} streams x {plan.tokens} tokens "
                              f"at {RATE:g} tok/s, started within {spread:g} s")
-                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng, raw))
+                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng, raw,
+                                        idle_pids(proxies, p)))
                     time.sleep(0.5)  # let the last records and connections settle
             for p in proxies if plan.refine else ():
                 ok, bad = held(rows, p.workers)
@@ -223,7 +232,8 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dic
                     n = (ok + bad) // 2
                     progress(f"scaling: --workers {p.workers}, {n} streams (between {ok} held and "
                              f"{bad} not)")
-                    rows.append(run_row(client, fake, p, n, SPREAD_S, plan.tokens, seed, rng, raw))
+                    rows.append(run_row(client, fake, p, n, SPREAD_S, plan.tokens, seed, rng, raw,
+                                        idle_pids(proxies, p)))
         finally:
             for p in proxies:
                 p.stop()

@@ -32,9 +32,9 @@ def _cores(row: dict[str, Any]) -> str:
 
 def others_pct(row: dict[str, Any]) -> float | None:
     """What the rest of the machine used meanwhile (% of a core): every core's busy time minus
-    the proxy's, the client's and the upstream's (this machine is shared)."""
+    the proxy's, the client's, the upstream's and the idle proxy's (this machine is shared)."""
     busy = [_pct(row["cpu"], k) for k in row["cpu"] if k.startswith("core")]
-    ours = [_pct(row["cpu"], k) for k in ("proxy", "client", "upstream")]
+    ours = [_pct(row["cpu"], k) for k in ("proxy", "client", "upstream", "idle proxy") if k in row["cpu"]]
     if not busy or None in busy or None in ours:
         return None
     return max(0.0, sum(b for b in busy if b is not None) - sum(o for o in ours if o is not None))
@@ -115,8 +115,9 @@ def done_when(rows: list[dict[str, Any]]) -> str:
 
 def model(rows: list[dict[str, Any]], nproc: int) -> dict[str, Any] | None:
     """Streams at 50 tok/s on 8 and 16 cores, from the per-event CPU of `--workers 2` at the
-    most streams it held (else at 200 streams, else at the most it ran), and the headroom: the share of the cores left
-    by the client and the upstream that the proxy used at that count."""
+    most streams it held (else at 200 streams, else at the most it ran), and the headroom: the
+    share of the cores left by the client, the upstream and every other process that the proxy
+    used at that count."""
     w = max(r["workers"] for r in rows)
     ok, _ = held(rows, w)
     spread = sorted((r for r in rows if r["workers"] == w and r["start_spread_s"] > 0),
@@ -127,8 +128,8 @@ def model(rows: list[dict[str, Any]], nproc: int) -> dict[str, Any] | None:
         return None
     us = base["cpu_us_per_event"]
     per_core = 1e6 / (us * base["target_tps"])
-    others = sum((_pct(base["cpu"], k) or 0.0) for k in ("client", "upstream")) / 100
-    free = max(0.1, nproc - others)
+    taken = sum((_pct(base["cpu"], k) or 0.0) for k in ("client", "upstream", "idle proxy"))
+    free = max(0.1, nproc - (taken + (others_pct(base) or 0.0)) / 100)
     headroom = (ok * us * base["target_tps"] / 1e6 / free) if ok is not None else None
     return {"workers": w, "streams": base["streams"], "us_per_event": us, "per_core": per_core,
             "free_cores": free, "headroom": headroom,
@@ -145,7 +146,7 @@ def model_text(m: dict[str, Any] | None) -> str:
              f"of CPU per event at {m['streams']} streams, so one core carries at most "
              f"{m['per_core']:.0f} streams at 50 tok/s (1 / (CPU per event x 50 events/s)). "
              + (f"At the most streams held, the proxy used {h * 100:.0f} % of the "
-                f"{m['free_cores']:.2f} cores the client and upstream left it: that headroom "
+                f"{m['free_cores']:.2f} cores the client, the upstream and other processes left it: that headroom "
                 "scales the CPU bound below." if h else
                 "No count was held at p99 <= 5 ms, so there is no measured headroom: only the CPU "
                 "bound is given."),
