@@ -151,7 +151,8 @@ class Proxy:
                                    f"{self.proxy.stderr()[-2000:]}")
             time.sleep(0.05)
         parent = self.proxy.proc.pid
-        self.pids = {"proxy": [parent, *children(parent)]} if workers > 1 else {"proxy": [parent]}
+        self.pids = ({"proxy": [parent, *children(parent)], "proxy parent": [parent]} if workers > 1
+                     else {"proxy": [parent]})
         self.idle_kb = warm_and_idle(client, fake, self.proxy, f"w{workers}", seed)
         self.records = len(FORMATS)
 

@@ -30,6 +30,12 @@ def _cores(row: dict[str, Any]) -> str:
     return " / ".join(_f(_pct(row["cpu"], k), 0) for k in names)
 
 
+def _parent(row: dict[str, Any]) -> str:
+    """The `--workers` parent's share of the proxy's CPU (it reads the workers' pipes)."""
+    got = _pct(row["cpu"], "proxy parent")
+    return "" if got is None else f" (parent {got:.0f})"
+
+
 def others_pct(row: dict[str, Any]) -> float | None:
     """What the rest of the machine used meanwhile (% of a core): every core's busy time minus
     the proxy's, the client's, the upstream's and the idle proxy's (this machine is shared)."""
@@ -55,7 +61,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {r['streams']} | {start} | {r['workers']} | {_f(late['p50'], 2)} / "
             f"{_f(late['p99'], 2)} / {_f(late['max'], 1)} | {_f(r['client_ttft_err_p']['p50'])} / "
             f"{_f(r['client_ttft_err_p']['p99'])} | {_f(r['proxy_ttft_err_p']['p99'])} | "
-            f"{_f(_pct(r['cpu'], 'proxy'), 0)} | {_f(r['cpu_us_per_event'], 0)} | "
+            f"{_f(_pct(r['cpu'], 'proxy'), 0)}{_parent(r)} | {_f(r['cpu_us_per_event'], 0)} | "
             f"{_f(_pct(r['cpu'], 'client'), 0)} | {_f(_pct(r['cpu'], 'upstream'), 0)} | "
             f"{_cores(r)} | {_f(others_pct(r), 0)} | {served} | {r['incomplete']} |")
     return "\n".join(out) + "\n"
