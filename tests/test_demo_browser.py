@@ -187,20 +187,24 @@ def firefox_profile(root: Path) -> Path:
     return profile
 
 
-def test_firefox_builtin_capture_plays_at_each_profile():
+@pytest.mark.parametrize("text", ["", "README.md"], ids=["builtin", "headline"])
+def test_firefox_plays_at_each_profile(text: str):
+    """The built-in capture, and the issue's own command (`--text README.md`: o3 reads it for
+    about 80 s), in Firefox."""
     exe = shutil.which("firefox-esr") or shutil.which("firefox")
     assert exe, "firefox-esr is needed (see docs: the tests drive real browsers)"
     profiles = ["cerebras", "gpt-5", "o3"]
     root = Path(tempfile.mkdtemp(prefix="retimer-demo-ff-"))
     try:
-        with DemoCommand("--profiles", ",".join(profiles), "--seed", "12") as demo:
+        source = source_of(REPO / text) if text else builtin().as_json()
+        with DemoCommand("--profiles", ",".join(profiles), "--seed", "12", *(["--text", text] if text else [])) as demo:
             argv = [exe, "--headless", "--no-remote", "--profile", str(firefox_profile(root)),
                     "--remote-debugging-port", "0", "about:blank"]
             with Firefox(argv) as firefox:
                 def wait(condition: str) -> None:
                     firefox.evaluate_json(
                         f"new Promise(r => {{ const t = setInterval(() => {{ if ({condition}) "
-                        "{ clearInterval(t); r(true); } }, 100); })", timeout=60)
+                        "{ clearInterval(t); r(true); } }, 100); })", timeout=240 if text else 60)
 
                 def play(replay: bool) -> list[dict[str, Any]]:
                     if replay:
@@ -211,7 +215,7 @@ def test_firefox_builtin_capture_plays_at_each_profile():
                         wait(ALL_DONE_JS)
                     return firefox.evaluate_json(PANES_JS)
 
-                played(play, demo, profiles, builtin().as_json())
+                played(play, demo, profiles, source)
                 cases = token_cases()
                 counts = firefox.evaluate_json(
                     f"{json.dumps(cases)}.map(t => window.retimerDemo.countTokens(t))")
