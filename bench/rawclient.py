@@ -108,35 +108,55 @@ async def untimed_response(conn: h11.Connection, reads: Reads, timeout: float) -
     conn.start_next_cycle()
 
 
-async def one_stream(proxy: str | None, spec: dict[str, Any], timeout: float
-                     ) -> tuple[float, float, float, float, int, list[tuple[float, bytes]]]:
-    """Connect (and warm up with the spec's GET), wait the spec's `delay`, then POST and time
-    every read: (t_call, w_call, t_sent, t_head, status, body pieces)."""
+Stream = tuple[asyncio.Transport, Reads, h11.Connection]
+
+
+async def connect(proxy: str | None, spec: dict[str, Any], timeout: float) -> Stream:
+    """A connection for one stream, warmed up with the spec's GET (so the proxy has made its
+    flow machinery and upstream connection before the timed request)."""
     target = urlsplit(proxy or spec["url"])
     loop = asyncio.get_running_loop()
     transport, reads = await loop.create_connection(Reads, target.hostname, target.port)
     conn = h11.Connection(h11.CLIENT)
-    try:
-        if spec.get("warmup"):
-            transport.write(request_bytes(conn, "GET", spec["warmup"], proxy is not None, {}))
-            await untimed_response(conn, reads, timeout)
-        await asyncio.sleep(spec.get("delay", 0.0))
-        data = request_bytes(conn, "POST", spec["url"], proxy is not None, spec["headers"],
-                             spec["body"].encode())
-        w_call, t_call = time.time(), monotonic()
-        transport.write(data)
-        await asyncio.wait_for(reads.done.wait(), timeout)
-        status, t_head, body = parse_response(conn, reads.take())
-        return t_call, w_call, t_call, t_head, status, body
-    finally:
-        transport.close()
+    if spec.get("warmup"):
+        transport.write(request_bytes(conn, "GET", spec["warmup"], proxy is not None, {}))
+        await untimed_response(conn, reads, timeout)
+    return transport, reads, conn
+
+
+async def one_stream(stream: Stream, proxied: bool, spec: dict[str, Any], timeout: float
+                     ) -> tuple[float, float, float, float, int, list[tuple[float, bytes]]]:
+    """Wait the spec's `delay`, then POST and time every read: (t_call, w_call, t_sent, t_head,
+    status, body pieces)."""
+    transport, reads, conn = stream
+    await asyncio.sleep(spec.get("delay", 0.0))
+    data = request_bytes(conn, "POST", spec["url"], proxied, spec["headers"], spec["body"].encode())
+    w_call, t_call = time.time(), monotonic()
+    transport.write(data)
+    await asyncio.wait_for(reads.done.wait(), timeout)
+    status, t_head, body = parse_response(conn, reads.take())
+    return t_call, w_call, t_call, t_head, status, body
 
 
 async def run_concurrent(proxy: str | None, specs: list[dict[str, Any]],
                          timeout: float) -> list[tuple[float, float, float, float, int,
                                                        list[tuple[float, bytes]]]]:
-    """Every stream on its own connection, all on this one thread."""
-    return list(await asyncio.gather(*(one_stream(proxy, s, timeout) for s in specs)))
+    """Every stream on its own connection, all on this one thread: every connection opened
+    and warmed up first, then the requests, each after its `delay` from one common start (0:
+    all written in the same instant)."""
+    streams: list[Stream] = []
+    try:
+        opened = await asyncio.gather(*(connect(proxy, s, timeout) for s in specs),
+                                      return_exceptions=True)
+        streams = [st for st in opened if not isinstance(st, BaseException)]
+        for failed in opened:
+            if isinstance(failed, BaseException):
+                raise failed
+        return list(await asyncio.gather(*(one_stream(st, proxy is not None, s, timeout)
+                                           for st, s in zip(streams, specs, strict=True))))
+    finally:
+        for transport, _, _ in streams:
+            transport.close()
 
 
 def check_spec(spec: dict[str, Any]) -> None:
