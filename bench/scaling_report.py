@@ -119,12 +119,24 @@ def done_when(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _headroom(rows: list[dict[str, Any]], workers: int, nproc: int) -> float | None:
+    """The share of the cores the client, the upstream and every other process left that the
+    proxy used at the most streams `workers` held; None when it held none."""
+    ok, _ = held(rows, workers)
+    row = _row(rows, workers, ok, burst=False) if ok is not None else None
+    if row is None or not row["cpu_us_per_event"]:
+        return None
+    taken = sum((_pct(row["cpu"], k) or 0.0) for k in ("client", "upstream", "idle proxy"))
+    free = max(0.1, nproc - (taken + (others_pct(row) or 0.0)) / 100)
+    return ok * row["cpu_us_per_event"] * row["target_tps"] / 1e6 / free
+
+
 def model(rows: list[dict[str, Any]], nproc: int) -> dict[str, Any] | None:
-    """Streams at 50 tok/s on 8 and 16 cores, from the per-event CPU of `--workers 2` at the
-    most streams it held (else at 200 streams, else at the most it ran), and the headroom: the
-    share of the cores left by the client, the upstream and every other process that the proxy
-    used at that count."""
-    w = max(r["workers"] for r in rows)
+    """Streams at 50 tok/s on 8 and 16 cores, from the per-event CPU of the most workers at
+    the most streams they held (else at 200 streams, else at the most they ran), scaled by the
+    measured headroom (`_headroom`) of the most workers that held any count."""
+    counts = sorted({r["workers"] for r in rows})
+    w = counts[-1]
     ok, _ = held(rows, w)
     spread = sorted((r for r in rows if r["workers"] == w and r["start_spread_s"] > 0),
                     key=lambda r: r["streams"])
@@ -134,11 +146,10 @@ def model(rows: list[dict[str, Any]], nproc: int) -> dict[str, Any] | None:
         return None
     us = base["cpu_us_per_event"]
     per_core = 1e6 / (us * base["target_tps"])
-    taken = sum((_pct(base["cpu"], k) or 0.0) for k in ("client", "upstream", "idle proxy"))
-    free = max(0.1, nproc - (taken + (others_pct(base) or 0.0)) / 100)
-    headroom = (ok * us * base["target_tps"] / 1e6 / free) if ok is not None else None
+    by = [(c, h) for c in reversed(counts) if (h := _headroom(rows, c, nproc)) is not None]
+    headroom_workers, headroom = by[0] if by else (None, None)
     return {"workers": w, "streams": base["streams"], "us_per_event": us, "per_core": per_core,
-            "free_cores": free, "headroom": headroom,
+            "headroom": headroom, "headroom_workers": headroom_workers,
             "cores": {c: {"cpu_bound": c * per_core,
                           "with_headroom": c * per_core * headroom if headroom else None}
                       for c in MODEL_CORES}}
@@ -151,9 +162,9 @@ def model_text(m: dict[str, Any] | None) -> str:
     lines = [f"A model, not a measurement: `--workers {m['workers']}` spent {m['us_per_event']:.0f} us "
              f"of CPU per event at {m['streams']} streams, so one core carries at most "
              f"{m['per_core']:.0f} streams at 50 tok/s (1 / (CPU per event x 50 events/s)). "
-             + (f"At the most streams held, the proxy used {h * 100:.0f} % of the "
-                f"{m['free_cores']:.2f} cores the client, the upstream and other processes left it: that headroom "
-                "scales the CPU bound below." if h else
+             + (f"At the most streams `--workers {m['headroom_workers']}` held at p99 <= 5 ms, the "
+                f"proxy used {h * 100:.0f} % of the CPU the client, the upstream and other processes "
+                "left it: that headroom scales the CPU bound below." if h else
                 "No count was held at p99 <= 5 ms, so there is no measured headroom: only the CPU "
                 "bound is given."),
              "", "| cores (one worker each) | streams: CPU bound | streams: with the measured headroom |",

@@ -83,6 +83,10 @@ def test_report_verdicts_follow_the_bounds() -> None:
     m = model(rows, nproc=2)
     assert m is not None and m["streams"] == 200 and m["per_core"] == 200  # 1e6 / (100 us x 50)
     assert m["headroom"] == 200 * 100 * 50 / 1e6 / 1.0  # 2 cores - client and upstream's 1.0
+    assert m["headroom_workers"] == 2
+    fallback = model([_row(2, 100, 1.0, 9.0), _row(1, 100, 1.0, 1.0)], nproc=2)
+    assert fallback is not None and fallback["headroom_workers"] == 1  # two workers held nothing
+    assert fallback["headroom"] == 100 * 100 * 50 / 1e6 / 1.0
 
 
 def test_quick_run_drives_one_and_two_workers_and_every_stream_arrives_whole(tmp_path: Path) -> None:
