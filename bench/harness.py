@@ -150,11 +150,14 @@ class ProcSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                self.samples.append((time.monotonic(), memory_kb(self.pid),
-                                     cpu_seconds(self.pid)))
+                self.sample()
             except (OSError, ValueError):
                 return  # the process is gone
             self._stop.wait(self.period)
+
+    def sample(self) -> None:
+        """One sample, on the sampler's thread (bench.scaling's sampler takes other ones)."""
+        self.samples.append((time.monotonic(), memory_kb(self.pid), cpu_seconds(self.pid)))
 
     def __enter__(self) -> ProcSampler:
         self._thread.start()

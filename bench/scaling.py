@@ -22,7 +22,6 @@ import os
 import random
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -31,7 +30,17 @@ from types import TracebackType
 from typing import Any
 
 from bench.analysis import cpu_while_streaming, summarize_fidelity
-from bench.harness import Client, FakeLLM, RetimerProxy, cpu_seconds, pct, progress, retimer_proxy, stream_spec
+from bench.harness import (
+    Client,
+    FakeLLM,
+    ProcSampler,
+    RetimerProxy,
+    cpu_seconds,
+    pct,
+    progress,
+    retimer_proxy,
+    stream_spec,
+)
 from bench.run import RESULTS, machine
 from bench.scaling_report import held, render
 from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
@@ -87,19 +96,17 @@ def core_busy_s() -> list[float]:
     return out
 
 
-class Usage:
+class Usage(ProcSampler):
     """CPU of several processes and busy time of each core, sampled on a thread every 50 ms,
     as `(time, 0, cpu seconds)` series that bench.analysis.cpu_while_streaming cuts to the
     streaming window."""
 
     def __init__(self, pids: dict[str, list[int]], period: float = 0.05) -> None:
+        super().__init__(0, period)
         self.pids = pids
-        self.period = period
         self.series: dict[str, list[tuple[float, int, float]]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="usage-sampler", daemon=True)
 
-    def _sample(self) -> None:
+    def sample(self) -> None:
         now = time.monotonic()
         for name, pids in self.pids.items():
             try:
@@ -110,20 +117,10 @@ class Usage:
         for i, busy in enumerate(core_busy_s()):
             self.series.setdefault(f"core{i}", []).append((now, 0, busy))
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.period)
-        self._sample()
-
-    def __enter__(self) -> Usage:
-        self._thread.start()
-        return self
-
     def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self._stop.set()
-        self._thread.join()
+        super().__exit__(t, e, tb)
+        self.sample()  # the last one: the streaming window ends just before
 
 
 class Proxy:
