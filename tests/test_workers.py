@@ -256,3 +256,28 @@ def test_reverse_mode_with_two_workers(tmp_path: Path) -> None:
     assert {r["worker"] for r in records} == {1, 2}
     assert all(r["emitted"]["ttft_ms"] >= 200 - 2 and r["outcome"] == "complete" for r in records)
     assert "sk-reverse-secret" not in proxy.log_path.read_text() + proxy.stdout() + proxy.stderr()
+
+
+@pytest.mark.parametrize("sends, records, live", [
+    ("records,live", True, True), ("records,", True, False), (",", False, False), (",live", False, True)])
+def test_a_worker_sends_only_what_the_parent_shows(sends: str, records: bool, live: bool) -> None:
+    """A snapshot makes a record of every stream in flight (its timing statistics): a worker
+    takes them only for a live table, and records only when the parent prints them."""
+    from retimer.cli.worker_main import Channel
+
+    asked: list[int] = []
+    channel = Channel(1, -1, None, lambda: asked.append(1) or [], sends)
+    sent: list[dict] = []
+    channel.send = sent.append  # type: ignore[method-assign]
+    channel.retimer_record({"id": "x"})
+    assert (channel.records, channel.live) == (records, live)
+    assert sent == ([{"record": {"id": "x"}}] if records else [])
+
+
+def test_quiet_workers_send_neither_records_nor_snapshots() -> None:
+    from retimer.cli.proxy_options import ProxyConfig, proxy_parser
+    from retimer.cli.workers import Workers
+
+    config = ProxyConfig.from_args(proxy_parser().parse_args(["--workers", "2", "--quiet"]))
+    assert Workers(config, None).sends == ","
+    assert Workers(config, print, live=True).sends == "records,live"

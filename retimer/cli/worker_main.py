@@ -1,11 +1,13 @@
-"""One worker process of `retimer --workers N` (`python -m retimer.cli.worker_main INDEX FD`).
+"""One worker process of `retimer --workers N` (`python -m retimer.cli.worker_main INDEX FD SENDS`).
 
 The parent (retimer.cli.workers) writes the checked `ProxyConfig` as one JSON line on the
 worker's stdin, then keeps stdin open: its end means the parent is gone, and the worker drains
 and stops as on Ctrl-C. The worker runs the same proxy as a single `retimer` (build_proxy),
 its listener shares the port (retimer.proxy.bridge_listen), and it sends what the parent
-shows, one JSON line each, down the pipe FD: `{"ready": port}`, every record, and the streams
-in flight every quarter second. The config travels on stdin, not argv: it may hold
+shows, one JSON line each, down the pipe FD: `{"ready": port}`, and, as SENDS asks
+(`records,live`), every record and the streams in flight every quarter second (only while a
+live table shows them: a snapshot makes a record of every stream in flight, which costs the
+streams' timing when many play). The config travels on stdin, not argv: it may hold
 --proxy-auth's password.
 """
 
@@ -46,8 +48,10 @@ class Channel:
 
     name = "retimer_worker_channel"
 
-    def __init__(self, index: int, fd: int, master: Any, active: Any) -> None:
+    def __init__(self, index: int, fd: int, master: Any, active: Any, sends: str = "records,live") -> None:
         self.index, self.fd, self.master, self.active = index, fd, master, active
+        wanted = set(sends.split(","))
+        self.records, self.live = "records" in wanted, "live" in wanted
         self.transport: asyncio.WriteTransport | None = None
         self.ticker: asyncio.Task[None] | None = None
 
@@ -61,11 +65,13 @@ class Channel:
         from retimer.cli.proxy_runner import bound_port
 
         self.send({"ready": bound_port(self.master)})
-        self.ticker = asyncio.create_task(self._tick())
+        if self.live:
+            self.ticker = asyncio.create_task(self._tick())
         loop.add_reader(0, self._stdin)
 
     def retimer_record(self, record: dict[str, Any]) -> None:
-        self.send({"record": record})
+        if self.records:
+            self.send({"record": record})
 
     def done(self) -> None:
         if self.ticker:
@@ -98,7 +104,7 @@ class Channel:
             shutdown_gracefully(self.master)
 
 
-async def run_worker(config: ProxyConfig, index: int, fd: int) -> None:
+async def run_worker(config: ProxyConfig, index: int, fd: int, sends: str = "records,live") -> None:
     """Build and serve this worker's proxy on the shared port."""
     from retimer.cli.cmdline import fail
     from retimer.cli.proxy_runner import build_proxy, serve
@@ -111,15 +117,16 @@ async def run_worker(config: ProxyConfig, index: int, fd: int) -> None:
         fail(str(e), 1)
     # quiet: the parent shows the records; its port check already ran (the port is shared)
     m, addon, view = build_proxy(replace(config, quiet=True), interactive=False, check=False)
-    m.addons.add(Channel(index, fd, m, addon.snapshot))
+    m.addons.add(Channel(index, fd, m, addon.snapshot, sends))
     await serve(m, view)
 
 
 def main(argv: list[str]) -> None:
     index, fd = int(argv[0]), int(argv[1])
+    sends = argv[2] if len(argv) > 2 else "records,live"
     config = config_of(sys.stdin.buffer.readline().decode())
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run_worker(config, index, fd))
+        asyncio.run(run_worker(config, index, fd, sends))
 
 
 if __name__ == "__main__":

@@ -49,9 +49,13 @@ class Worker:
 class Workers:
     """Starts and stops the workers; hands their records to `on_record`."""
 
-    def __init__(self, config: ProxyConfig, on_record: Callable[[dict[str, Any]], None]) -> None:
+    def __init__(self, config: ProxyConfig, on_record: Callable[[dict[str, Any]], None] | None,
+                 live: bool = False) -> None:
+        """`on_record` None: the workers send no records; `live`: they send their streams in
+        flight for a live view (each snapshot costs a record per stream: only when shown)."""
         self.config = config
-        self.on_record = on_record
+        self.on_record = on_record or (lambda record: None)
+        self.sends = f"{'records' if on_record else ''},{'live' if live else ''}"
         self.workers: list[Worker] = []
         self.stopping = 0  # signals passed on so far
         self.held: socket.socket | None = None
@@ -121,7 +125,7 @@ class Workers:
         read_fd, write_fd = os.pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "retimer.cli.worker_main", str(index), str(write_fd),
+                sys.executable, "-m", "retimer.cli.worker_main", str(index), str(write_fd), self.sends,
                 stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE, pass_fds=(write_fd,), start_new_session=True,
             )
@@ -213,7 +217,8 @@ async def run_workers(config: ProxyConfig) -> int:
     from retimer.cli.proxy_runner import refresh_view
 
     view = LiveView(blind=bool(config.study))
-    workers = Workers(config, view if not config.quiet else lambda record: None)
+    shown = not config.quiet
+    workers = Workers(config, view if shown else None, live=shown and view.interactive)
     view.active = workers.snapshot
     await workers.start()
     loop = asyncio.get_running_loop()
@@ -239,8 +244,7 @@ async def serving(config: ProxyConfig, out: Any = None) -> AsyncIterator[Workers
     from retimer.cli.liveview import LiveView
 
     view = LiveView(out=out or sys.stderr, interactive=False)
-    workers = Workers(config, view if not config.quiet else lambda record: None)
-    view.active = workers.snapshot
+    workers = Workers(config, view if not config.quiet else None)  # no live table: no snapshots
     await workers.start()
     try:
         yield workers
