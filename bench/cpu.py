@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,6 +38,7 @@ from bench.harness import (
     prose,
     stream_spec,
 )
+from tests.proxy import wait_listening
 
 PASS_TOKENS, PASS_STREAMS = 300, 4  # per round: sequential streams, one word per event 2 ms apart
 PACED_TOKENS, PACED_STREAMS, PACED_TPS = 200, 20, "100"  # per round: concurrent, fast upstream
@@ -58,13 +58,8 @@ class ProfiledRetimer(RetimerProxy):
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cProfile", "-o", str(self.profile_out), "-m", "retimer",
                  *self.args], stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        if wait_listening(self.port, timeout):
+            return self
         self.stop()
         raise TimeoutError(f"retimer did not listen: {self.stderr()}")
 

@@ -12,7 +12,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from retimer.wire.tokenizer import count_tokens
-from tests.proxy import RetimerProxy, free_port
+from tests.proxy import RetimerProxy, free_port, wait_listening
 from tests.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.upstream import FakeLLM
 
@@ -202,15 +201,11 @@ class Mitmdump:
         with self.err_path.open("wb") as err:
             self.proc = subprocess.Popen([str(MITMDUMP), *self.args], stdout=subprocess.DEVNULL,
                                          stderr=err, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mitmdump exited: {self.err_path.read_text()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        proc = self.proc
+        if wait_listening(self.port, timeout, lambda: proc.poll() is None):
+            return self
+        if proc.poll() is not None:
+            raise RuntimeError(f"mitmdump exited: {self.err_path.read_text()}")
         self.stop()
         raise TimeoutError("mitmdump did not listen")
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-import socket
 import threading
 import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.proxy import free_port
+from tests.proxy import free_port, wait_listening
 
 
 class InProcessProxy:
@@ -66,13 +65,8 @@ class InProcessProxy:
         self._thread = threading.Thread(target=run, name="retimer-inproc", daemon=True)
         self._thread.start()
         built.wait(timeout)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._error is None:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        if wait_listening(self.port, timeout, lambda: self._error is None):
+            return self
         self.stop()
         raise RuntimeError(f"in-process retimer did not start: {self._error!r}")
 

@@ -32,6 +32,21 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
     )
 
 
+def wait_listening(port: int, timeout: float, alive: Any = None) -> bool:
+    """True once 127.0.0.1:`port` takes a connection within `timeout` seconds; False on
+    timeout, or as soon as `alive()` (if given) says the server is gone."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive is not None and not alive():
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
 def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
     """SIGTERM, then SIGKILL if it has not exited within 10 s."""
     if proc and proc.poll() is None:
@@ -78,15 +93,11 @@ class RetimerProxy:
                 [sys.executable, "-m", "retimer", *self.args],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"retimer exited {self.proc.returncode}: {self.stderr()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+        proc = self.proc
+        if wait_listening(self.port, timeout, lambda: proc.poll() is None):
+            return self
+        if proc.poll() is not None:
+            raise RuntimeError(f"retimer exited {proc.returncode}: {self.stderr()}")
         self.stop()
         raise TimeoutError(f"retimer did not listen within {timeout}s: {self.stderr()}")
 
