@@ -1,7 +1,9 @@
-"""The bridge's direct timers (retimer.proxy.bridge_timers), in the real proxy with real
-clients: after a stream's first wakeup names its connection handler, its wakeups are loop timers
-delivered through mitmproxy's layers (HTTP/1, and h2 inside an HTTP proxy's CONNECT tunnel, where
-two HTTP layers route them), the bytes arrive intact and in time order, and nothing is kept."""
+"""The bridge's direct timers (retimer.proxy.bridge_timers) and direct writes (bridge_direct), in
+the real proxy with real clients: after a stream's first wakeup names its connection handler, its
+wakeups are loop timers; on HTTP/1 (plain, and TLS inside an HTTP proxy's CONNECT tunnel) their
+bytes are framed, encrypted and written by the bridge itself, on h2 (inside a CONNECT tunnel,
+where two HTTP layers route them) they go through mitmproxy's layers; either way the bytes arrive
+intact and in time order, and nothing is kept."""
 
 from __future__ import annotations
 
@@ -36,29 +38,36 @@ def sse_text(raw: bytes) -> str:
     return "".join(out)
 
 
-@pytest.mark.parametrize("client", ["http1", "h2-in-connect"])
+@pytest.mark.parametrize("client", ["http1", "http1-in-connect", "h2-in-connect"])
 def test_paced_wakeups_are_loop_timers_after_the_first(tmp_path: Path, client: str) -> None:
     h2 = client == "h2-in-connect"
+    tls = client.endswith("-in-connect")
     body = make_openai_stream(WORDS, words_per_chunk=4)
-    with FakeLLM(body, bursts=1, tls=h2) as fake:
-        extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if h2 else ()
+    with FakeLLM(body, bursts=1, tls=tls) as fake:
+        extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if tls else ()
         with InProcessProxy(tmp_path, *PACED, *extra) as proxy:
             timers = proxy.addon.bridge.timers
-            before = proxy.call(lambda: (timers.direct, timers.via_mitmproxy))
-            if h2:
-                ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT)
+            counters = lambda: (timers.direct, timers.via_mitmproxy, timers.written)  # noqa: E731
+            before = proxy.call(counters)
+            if tls:
+                ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT) if h2 else ssl.create_default_context()
                 ctx.load_verify_locations(proxy.confdir / "mitmproxy-ca-cert.pem")
-                http = httpx.Client(proxy=proxy.url, verify=ctx, http2=True)
+                http = httpx.Client(proxy=proxy.url, verify=ctx, http2=h2)
             else:
                 http = httpx.Client(proxy=proxy.url)
             with http, http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 assert r.http_version == ("HTTP/2" if h2 else "HTTP/1.1")
+                assert h2 or r.headers["transfer-encoding"] == "chunked"
                 got = b"".join(r.iter_raw())
             (record,) = proxy.records(1, timeout=5)
-            direct, via = proxy.call(lambda: (timers.direct, timers.via_mitmproxy))
-    assert sse_text(got) == WORDS  # every token, in order, through the layers
+            direct, via, written = (b - a for a, b in zip(before, proxy.call(counters), strict=True))
+    assert sse_text(got) == WORDS  # every token, in order, framed (and encrypted) right
     assert record["outcome"] == "complete"
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 100
     # one token per network event: >100 wakeups, all but the first few from loop timers
-    assert direct - before[0] > 100
-    assert via - before[1] <= 2
+    assert direct > 100
+    assert via <= 2
+    if h2:
+        assert written == 0  # h2 frames and flow control stay mitmproxy's
+    else:  # all but the last (the end goes through the layers) written by the bridge itself
+        assert written >= direct - 2

@@ -128,6 +128,41 @@ def test_passthrough_profile_is_byte_identical(tmp_path: Path, fake: FakeLLM):
 
 
 @pytest.mark.parametrize("scheme", ["http"])
+@pytest.mark.parametrize("fixture", ["anthropic/llm-anthropic-sonnet45-thinking-signature.sse",
+                                     "openai-chat/gpt4o-two-tool-calls-obfuscation.sse"])
+def test_passthrough_keeps_the_encoded_body_and_counts_what_pacing_counts(
+    tmp_path: Path, fake: FakeLLM, fixture: str
+):
+    """A passthrough stream goes as it came, gzip and framing included (mitmproxy's own
+    streaming sends it; the bridge only counts), and its record counts the tokens a re-timed
+    run of the same stream counts, on every channel."""
+    path = "/v1/messages" if fixture.startswith("anthropic") else "/v1/chat/completions"
+    headers = {"x-fake-fixture": fixture, "x-fake-gzip": "1", "accept-encoding": "gzip"}
+
+    def fetch(proxy_url: str | None) -> tuple[bytes, httpx.Headers]:
+        with httpx.Client(proxy=proxy_url) as c:
+            with c.stream("POST", fake.url + path, json={"stream": True}, headers=headers) as r:
+                return b"".join(r.iter_raw()), r.headers
+
+    direct, _ = fetch(None)
+    records = []
+    for args in (("--profile", "passthrough"), ("--profile", "groq", "--tps", "5000", "--jitter", "0")):
+        with RetimerProxy(tmp_path / args[1], *args) as proxy:
+            got, got_headers = fetch(proxy.url)
+            (record,) = proxy.records(1)
+            records.append(record)
+        if args[1] == "passthrough":
+            assert got == direct  # the compressed bytes, unchanged
+            assert got_headers["content-encoding"] == "gzip"
+    passed, paced = records
+    assert passed["outcome"] == paced["outcome"] == "complete"
+    assert passed["upstream"]["tokens"] == paced["upstream"]["tokens"] > 0
+    assert passed["emitted"]["tokens"] == passed["upstream"]["tokens"]
+    assert passed["emitted"]["channels"] == paced["emitted"]["channels"]
+    assert passed["emitted"]["ttft_ms"] <= paced["emitted"]["ttft_ms"]
+
+
+@pytest.mark.parametrize("scheme", ["http"])
 @pytest.mark.parametrize(
     "fixture",
     [

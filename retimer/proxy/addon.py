@@ -277,14 +277,9 @@ class Retimer:
                 f"from {destination_host(flow)}; passing the stream through unchanged"
             )
             return
-        if "content-encoding" in response.headers:
-            del response.headers["content-encoding"]  # the re-timed body is sent decoded
-        if "content-length" in response.headers:
-            # split events change the body's length: frame it by chunks (an HTTP/1.1 client),
-            # by frames (h2), or, where HTTP/1.0 is spoken, by closing the connection
-            del response.headers["content-length"]
-            if request.http_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
-                response.headers["transfer-encoding"] = "chunked"
+        # a passthrough body goes as it came, encoding and framing included (the bridge counts it)
+        if not self.profile_for(flow).passthrough:
+            _reframe(response, request.http_version)
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
@@ -406,3 +401,13 @@ def _collect_if_idle(addon: Retimer) -> None:
         return
     addon.full_passes.collect()
 
+
+def _reframe(response: http.Response, request_version: str) -> None:
+    """A re-timed body is sent decoded, and split events change its length: frame it by
+    chunks (an HTTP/1.1 client), by frames (h2), or, where HTTP/1.0 is spoken, by closing."""
+    if "content-encoding" in response.headers:
+        del response.headers["content-encoding"]
+    if "content-length" in response.headers:
+        del response.headers["content-length"]
+        if request_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
+            response.headers["transfer-encoding"] = "chunked"

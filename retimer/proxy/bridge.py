@@ -1,13 +1,14 @@
-"""The pacing bridge: with its WebSocket side (bridge_websocket), the only code that touches
-mitmproxy's private internals.
+"""The pacing bridge: with its parts (bridge_timers, bridge_direct, bridge_websocket,
+bridge_listen), the only code that touches mitmproxy's private internals.
 
 mitmproxy's public `flow.response.stream` callable runs only when upstream data arrives, so it
 can neither emit on a timer nor split one upstream chunk into several timed writes. For a paced
 flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes into the
 stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
 `RequestWakeup` we asked for comes back as `Wakeup` (after a stream's first, the bridge's own
-loop timers deliver them: bridge_timers), and `ResponseEndOfMessage` is held until the last
-byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+loop timers deliver them: bridge_timers, and on an HTTP/1 client connection the bridge then
+frames, encrypts and writes the bytes itself: bridge_direct), and `ResponseEndOfMessage` is held
+until the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
 which holds the paced streams and what they hold. WebSocket messages are paced with public
 hooks; the server's later events wait behind held messages (`WebSocketOrder`, in
@@ -29,7 +30,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
 from typing import Any
 
 from mitmproxy import http
@@ -38,7 +38,8 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
-from retimer.proxy import bridge_timers
+from retimer.proxy import bridge_direct, bridge_timers
+from retimer.proxy.bridge_flow import DoneCallback, PacedFlow, Settings, server_error, upstream_gone
 from retimer.proxy.bridge_timers import PacingWakeup
 from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
 from retimer.proxy.bridge_websocket import WebSocketOrder
@@ -57,36 +58,12 @@ ErrorCode = http_layer.ErrorCode
 
 WebsocketLayer = ws_layer.WebsocketLayer
 
-DoneCallback = Callable[[http.HTTPFlow, StreamPacer, float, str], None]
+COUNT_EVERY_S = 0.1  # a passthrough stream's bytes are parsed and counted at most this often
+
 
 
 class InternalsMissing(RuntimeError):
     """This mitmproxy lacks a private name the bridge relies on."""
-
-
-@dataclass(slots=True)
-class Settings:
-    """The bounds and keep-alive policy (the `retimer_*` options of `retimer.proxy.safety`)."""
-
-    max_stream_buffer: int = 16 * 2**20  # bytes one stream may keep before pass-through
-    max_total_buffer: int = 256 * 2**20  # bytes all streams together may keep
-    keepalive_s: float = 4.0  # idle time, while bytes are held, before a keep-alive (0: never)
-    idle_release: bool = False  # formats without a keep-alive: send the next emission early
-
-
-@dataclass(slots=True)
-class PacedFlow:
-    flow: http.HTTPFlow
-    pacer: StreamPacer
-    on_done: DoneCallback
-    held_end: Any = None  # ResponseEndOfMessage waiting for the last bytes
-    finished: bool = False
-    warned: bool = False
-    wakeups: dict[PacingWakeup, float] = field(default_factory=dict)  # outstanding -> due
-    last_send: float = 0.0  # when the client last got bytes (or the response head)
-    counted: int = 0  # this stream's share of PacingBridge.buffered
-    handler: Any = None  # its connection's mitmproxy ConnectionHandler, once a wakeup named it
-    routes: Any = None  # the HTTP layers that route its wakeups (bridge_timers.routes)
 
 
 def check_internals() -> None:
@@ -104,6 +81,7 @@ def check_internals() -> None:
         "WebsocketLayer.handle_event": getattr(WebsocketLayer, "handle_event", None),
         "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
         **bridge_timers.NEEDED,
+        **bridge_direct.NEEDED,
     }
     missing = [name for name, value in needed.items() if value is None]
     if missing:
@@ -124,7 +102,7 @@ def install() -> PacingBridge:
     if _installed is None:
         check_internals()
         bridge = PacingBridge(HttpStream._handle_event, WebsocketLayer.handle_event)
-        bridge.timers = bridge_timers.install(lambda: bridge.draining)
+        bridge.timers = bridge_timers.install(lambda: bridge.draining, bridge.emit_direct)
 
         def handle_http(stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
             yield from bridge.http_event(stream, event)
@@ -157,8 +135,11 @@ class PacingBridge:
 
     # -- what the addons, tests and bench use ------------------------------------------------
     def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
-        """Re-time this flow's response body; call from `responseheaders` with stream=True set."""
-        self._paced[flow.id] = PacedFlow(flow, pacer, on_done, last_send=time.monotonic())
+        """Re-time this flow's response body; call from `responseheaders` with stream=True set.
+        A passthrough pacer's stream is only counted: mitmproxy sends its bytes unchanged."""
+        self._paced[flow.id] = PacedFlow(
+            flow, pacer, on_done, last_send=time.monotonic(), counting=pacer.passthrough
+        )
 
     @property
     def active(self) -> int:
@@ -204,6 +185,9 @@ class PacingBridge:
         if paced is None or paced.finished:
             yield from self._original_http(stream, event)
             return
+        if paced.counting:
+            yield from self._count(stream, paced, event)
+            return
         streaming = stream.server_state == stream.state_stream_response_body
         if isinstance(event, ResponseData) and streaming:
             now = time.monotonic()
@@ -232,6 +216,37 @@ class PacingBridge:
             yield from self._original_http(stream, event)
         else:
             yield from self._original_http(stream, event)
+
+    def _count(self, stream: Any, paced: PacedFlow, event: events.Event) -> Generator[commands.Command, Any, None]:
+        """A passthrough stream: mitmproxy's own streaming sends every byte as it comes; the
+        pacer keeps them with their arrival times and counts them at most every COUNT_EVERY_S
+        (the live view's pace) and at the end, for its record."""
+        pacer = paced.pacer
+        if isinstance(event, ResponseData) and stream.server_state == stream.state_stream_response_body:
+            now = time.monotonic()
+            pacer.receive(event.data, now)
+            if now - paced.last_send >= COUNT_EVERY_S:
+                pacer.tally()
+                paced.last_send = now
+                self._warn_once(stream, paced)
+        elif isinstance(event, ResponseEndOfMessage) and stream.server_state == stream.state_stream_response_body:
+            pacer.finish(time.monotonic())
+            if pacer.broken is None:
+                pacer.tally()
+                self._warn_once(stream, paced)
+                self._finish(paced, "complete")
+            else:  # the client has the body as it came, to decode itself
+                pacer.tally(pacer.abort(time.monotonic()))
+                logger.warning(f"retimer: the {pacer.adapter.name} stream from "
+                               f"{stream.flow.request.pretty_host} cannot be decoded to count it "
+                               f"({pacer.broken}); passed on unchanged")
+                self._finish(paced, "complete")
+        elif isinstance(event, ResponseProtocolError):
+            pacer.tally(pacer.abort(time.monotonic()))
+            self._finish(paced, "upstream-error")
+        elif isinstance(event, RequestProtocolError):
+            self._finish(paced, "client-gone")
+        yield from self._original_http(stream, event)
 
     def _end_broken(
         self, stream: Any, paced: PacedFlow, now: float, error: Any
@@ -265,21 +280,18 @@ class PacingBridge:
             f"retimer: the {paced.pacer.adapter.name} stream from {stream.flow.request.pretty_host} "
             f"is corrupt ({paced.pacer.broken}); the client gets what was decoded, then an error"
         )
-        yield from self._end_broken(stream, paced, now, _server_error(stream, f"retimer: {paced.pacer.broken}"))
+        yield from self._end_broken(stream, paced, now, server_error(stream, f"retimer: {paced.pacer.broken}"))
 
     def _emit(self, stream: Any, paced: PacedFlow) -> Generator[commands.Command, Any, None]:
         pacer = paced.pacer
         now = time.monotonic()
-        if _upstream_gone(stream, paced):
+        if upstream_gone(stream, paced):
             logger.warning(f"retimer: the upstream connection of a stream from "
                            f"{stream.flow.request.pretty_host} closed without ending it; "
                            "ending it as broken")
-            yield from self._end_broken(stream, paced, now, _server_error(stream, "server connection lost"))
+            yield from self._end_broken(stream, paced, now, server_error(stream, "server connection lost"))
             return
-        settings = self.settings
-        due = emission.to_send(pacer, now, self.draining)
-        if not due and emission.keepalive_due(now, paced.last_send, settings.keepalive_s):
-            due = pacer.idle(now, settings.idle_release)
+        due = self._due(paced, now)
         if due:
             yield from self._send(stream, paced, due, now)
             pacer.prepare(now + emission.PARSE_AHEAD_S)  # the bytes are out: parse ahead now
@@ -289,17 +301,57 @@ class PacingBridge:
                 self._finish(paced, "complete")
                 yield from self._original_http(stream, end)
             return
+        if cmd := self._rearm(stream, paced, now):
+            yield cmd  # mitmproxy's own wakeup: the first of a stream names its handler
+
+    def emit_direct(self, paced: PacedFlow, cmd: PacingWakeup) -> bool:
+        """Deliver a due wakeup of a stream whose handler is known without mitmproxy's layers,
+        when all it does is write body bytes (`bridge_direct`); False: deliver it the ordinary
+        way (the stream's end, a broken upstream, a connection `bridge_direct` does not write)."""
+        stream = paced.stream
+        if paced.direct is None:
+            paced.direct = bridge_direct.client_writer(stream, paced.handler) or False
+        out = paced.direct
+        if not out or not out.ready or upstream_gone(stream, paced):
+            return False
+        pacer = paced.pacer
+        now = time.monotonic()
+        if due := self._due(paced, now):
+            data = due[0].data if len(due) == 1 else b"".join(e.data for e in due)
+            out.write(data)
+            self._sent(stream, paced, due, data, now)
+            pacer.prepare(now + emission.PARSE_AHEAD_S)
+        if pacer.done:
+            return False  # the end goes the ordinary way, with this wakeup
+        del paced.wakeups[cmd]
+        bridge_timers.forget(paced, cmd)
+        if self._rearm(stream, paced, now) is not None:
+            raise RuntimeError("a stream with a known handler asked for mitmproxy's wakeup")
+        return True
+
+    def _due(self, paced: PacedFlow, now: float) -> list[Emission]:
+        """What goes out now: the due emissions, or what keeps an idle client alive."""
+        due = emission.to_send(paced.pacer, now, self.draining)
+        if not due and emission.keepalive_due(now, paced.last_send, self.settings.keepalive_s):
+            due = paced.pacer.idle(now, self.settings.idle_release)
+        return due
+
+    def _rearm(self, stream: Any, paced: PacedFlow, now: float) -> PacingWakeup | None:
+        """Ask to be woken when the next thing falls due; the command to yield if the bridge's
+        timers cannot arm it yet (a stream's first wakeup goes through mitmproxy)."""
+        pacer = paced.pacer
         wake = emission.next_wake(
             now, pacer.next_due(), holding=pacer.holding, awaiting_upstream=paced.held_end is None,
-            last_send=paced.last_send, keepalive_s=settings.keepalive_s,
+            last_send=paced.last_send, keepalive_s=self.settings.keepalive_s,
         )
         if wake is None or not emission.needs_timer(wake, min(paced.wakeups.values(), default=None)):
-            return
+            return None
         delay = emission.timer_delay(wake, now)
         cmd = PacingWakeup(delay)
         paced.wakeups[cmd] = wake
         if self.timers is None or not self.timers.arm(paced, stream, cmd, delay):
-            yield cmd  # mitmproxy's own wakeup: the first of a stream names its handler
+            return cmd
+        return None
 
     def _account(self, paced: PacedFlow) -> None:
         """Keep the total of held bytes current (O(1): this stream's change only)."""
@@ -332,9 +384,12 @@ class PacingBridge:
         if not batch:
             return
         data = batch[0].data if len(batch) == 1 else b"".join(e.data for e in batch)
+        yield SendHttp(ResponseData(stream.stream_id, data), stream.context.client)
+        self._sent(stream, paced, batch, data, now)
+
+    def _sent(self, stream: Any, paced: PacedFlow, batch: list[Emission], data: bytes, now: float) -> None:
         if stream.context.options.store_streamed_bodies:
             stream.response_body_buf += data
-        yield SendHttp(ResponseData(stream.stream_id, data), stream.context.client)
         paced.pacer.sent(batch, now)
         paced.last_send = now
         self._account(paced)
@@ -350,23 +405,3 @@ class PacingBridge:
             paced.on_done(paced.flow, paced.pacer, time.monotonic(), outcome)
         except Exception:  # a broken record must never break the stream
             logger.exception("retimer: recording a finished stream failed")
-
-
-def _server_error(stream: Any, message: str) -> Any:
-    """The error a broken upstream would give this stream (ended as the server's fault)."""
-    return ResponseProtocolError(stream.stream_id, message, ErrorCode.GENERIC_SERVER_ERROR)
-
-
-def _upstream_gone(stream: Any, paced: PacedFlow) -> bool:
-    """The upstream connection has ended, yet the stream got neither its end nor an error.
-
-    mitmproxy 12 can lose a server connection's close: a reader whose drain failed on the
-    reset cancels its own task, and if it then waits for the connection's event lock, the
-    cancellation lands there and ConnectionClosed is never delivered (seen in the soak under
-    load). A plain proxy would leave that client waiting for its read timeout; a stream that
-    retimer keeps alive with SSE comments would wait for ever. So each wake checks."""
-    conn = getattr(stream.flow, "server_conn", None)
-    return (
-        paced.held_end is None and not paced.pacer.done
-        and conn is not None and conn.timestamp_end is not None
-    )

@@ -7,9 +7,11 @@ asks early on purpose: timers run late, see retimer.timing.emission) finds nothi
 asks again, at the price of another task and another trip through the layers. So, once a
 stream's connection handler is known (its first wakeup goes the ordinary way, and the wrapped
 `ConnectionHandler.wakeup` names the handler), the bridge arms a loop timer itself: a firing
-that is still early re-arms without touching mitmproxy, and one that is due hands the
-`Wakeup` to the handler's `server_event`, exactly as mitmproxy's wakeup task would, routed to
-the stream through the HTTP layer's `command_sources` like any wakeup the stream asked for.
+that is still early re-arms without touching mitmproxy, and one that is due is first offered to
+the bridge's direct write (`bridge_direct`: body bytes on an HTTP/1 connection, written without
+the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
+mitmproxy's wakeup task would, routed to the stream through the HTTP layer's `command_sources`
+like any wakeup the stream asked for.
 Part of the bridge: one of the modules allowed on mitmproxy's internals.
 """
 
@@ -39,11 +41,16 @@ class PacingWakeup(commands.RequestWakeup):
 class DirectTimers:
     """Loop timers for the wakeups of streams whose connection handler is known."""
 
-    def __init__(self, original_wakeup: Callable[..., Any], draining: Callable[[], bool]) -> None:
+    def __init__(
+        self, original_wakeup: Callable[..., Any], draining: Callable[[], bool],
+        emit_direct: Callable[[Any, PacingWakeup], bool],
+    ) -> None:
         self._original_wakeup = original_wakeup
         self._draining = draining
+        self._emit_direct = emit_direct
         self._tasks: set[asyncio.Task[Any]] = set()  # deliveries that had to wait for the lock
         self.direct = 0  # wakeups delivered from a loop timer
+        self.written = 0  # of those, handled by the bridge's direct write (bridge_direct)
         self.early = 0  # timer firings still early: re-armed without touching mitmproxy
         self.via_mitmproxy = 0  # wakeups that went through mitmproxy's own task
 
@@ -62,6 +69,7 @@ class DirectTimers:
             return False
         if paced.routes is None:
             paced.routes = routes(stream)
+            paced.stream = stream
         for layer, child in paced.routes:  # as the command would have registered on its way up
             layer.command_sources[cmd] = child
         asyncio.get_running_loop().call_later(delay, self._fire, paced, cmd)
@@ -70,8 +78,7 @@ class DirectTimers:
     def _fire(self, paced: Any, cmd: PacingWakeup) -> None:
         wake = paced.wakeups.get(cmd)
         if paced.finished or wake is None:
-            for layer, _ in paced.routes:
-                layer.command_sources.pop(cmd, None)
+            forget(paced, cmd)
             return
         now = time.monotonic()
         if now + emission.WINDOW_S < wake and not self._draining():
@@ -80,9 +87,13 @@ class DirectTimers:
             return
         self.direct += 1
         handler = paced.handler
-        coro = handler.server_event(events.Wakeup(cmd))
         lock = handler._server_event_lock
-        if lock.locked() or lock._waiters:  # it would wait: let a task take its turn
+        busy = lock.locked() or bool(lock._waiters)
+        if not busy and self._emit_direct(paced, cmd):
+            self.written += 1
+            return
+        coro = handler.server_event(events.Wakeup(cmd))
+        if busy:  # it would wait: let a task take its turn
             task = asyncio.get_running_loop().create_task(coro)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -94,6 +105,12 @@ class DirectTimers:
         raise RuntimeError("mitmproxy's server_event awaited with its lock free")
 
 
+def forget(paced: Any, cmd: PacingWakeup) -> None:
+    """Unregister a wakeup that will not travel down the layers (stale, or handled directly)."""
+    for layer, _ in paced.routes:
+        layer.command_sources.pop(cmd, None)
+
+
 def routes(stream: Any) -> list[tuple[Any, Any]]:
     """Every HTTP layer above `stream` with its child on the way down to it (an HTTP proxy's
     CONNECT tunnel nests one HTTP layer in another): each routes a Wakeup by command_sources."""
@@ -101,9 +118,10 @@ def routes(stream: Any) -> list[tuple[Any, Any]]:
     return [(la, layers[i + 1]) for i, la in enumerate(layers[:-1]) if isinstance(la, HttpLayer)]
 
 
-def install(draining: Callable[[], bool]) -> DirectTimers:
-    """Wrap `ConnectionHandler.wakeup` (once per process, by the bridge's install())."""
-    timers = DirectTimers(ConnectionHandler.wakeup, draining)
+def install(draining: Callable[[], bool], emit_direct: Callable[[Any, PacingWakeup], bool]) -> DirectTimers:
+    """Wrap `ConnectionHandler.wakeup` (once per process, by the bridge's install()).
+    `emit_direct` may handle a due wakeup itself (True) instead of mitmproxy's layers."""
+    timers = DirectTimers(ConnectionHandler.wakeup, draining, emit_direct)
 
     async def wakeup(handler: Any, request: commands.RequestWakeup) -> None:
         await timers.handler_wakeup(handler, request)

@@ -92,6 +92,27 @@ class StreamPacer(EventGrouper):
     # -- input ---------------------------------------------------------------------------
     def feed(self, data: bytes, now: float) -> None:
         """Upstream bytes arrived at `now`."""
+        self._take_in(data, now)
+        if self.state is PacerState.PACING:
+            self._pump(now)
+
+    def receive(self, data: bytes, now: float) -> None:
+        """Upstream bytes arrived at `now` that the caller passes on unchanged itself (a
+        passthrough stream): kept with their arrival time, parsed and counted by `tally`.
+        Parsing many chunks at once costs less than one at a time, and nothing waits on it."""
+        self._take_in(data, now)
+
+    def tally(self, batch: list[Emission] | None = None) -> None:
+        """Parse what `receive` kept and count it as sent when it arrived (passthrough only:
+        the client had every byte as it came); `batch`: what `abort` gave instead."""
+        assert self.passthrough, "only a passthrough stream's bytes leave as they arrive"
+        if batch is None:
+            batch = self.pop_all() if self._ended else self.pop_due(float("inf"))
+        for e in batch:
+            if e.tokens:
+                self.stats.emitted(e.due, e.tokens, e.channel, e.due)
+
+    def _take_in(self, data: bytes, now: float) -> None:
         self.stats.upstream_bytes(now)
         if self.state is PacerState.BROKEN:
             return
@@ -123,10 +144,10 @@ class StreamPacer(EventGrouper):
         return lead
 
     def _parse(self, data: bytes, now: float) -> None:
+        """Bytes in: kept in the backlog while parsing (the caller pumps), else due now."""
         if self.state is PacerState.PACING:
             self._unparsed += data
             self._backlog.push(data, now)
-            self._pump(now)
         else:
             self._outbox.push(Emission(now, data, 0, None))
 
