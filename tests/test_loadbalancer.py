@@ -2,8 +2,8 @@
 behind Debian's HAProxy in TCP mode: forward-proxy clients (the openai SDK with HTTPS_PROXY set
 to the balancer) and reverse-mode clients (base URL = the balancer) get re-timed, whole streams,
 both instances serve, each writes its own log and `retimer report` / `retimer export` read both;
-the TCP health check takes a stopped instance out; two instances starting at once on an empty
-confdir make one CA; a study participant's units are numbered once, in the design's order,
+the TCP health check takes a stopped instance out, the HTTP one a stuck or draining one too; two
+instances starting at once on an empty confdir make one CA; a study participant's units are numbered once, in the design's order,
 whichever instance serves (`retimer study --study-state`). See docs/deployment.md."""
 
 from __future__ import annotations
@@ -283,3 +283,42 @@ def test_the_health_endpoint_answers_from_the_proxy_and_haproxy_checks_it(tmp_pa
         a.stop()
         b.stop()
     assert _records(a.log_path) == [] and _records(b.log_path) == []  # checks are not streams
+
+
+def test_a_draining_instance_answers_503_and_the_http_check_takes_it_out(tmp_path: Path) -> None:
+    """On SIGTERM an instance drains its streams for up to `retimer_shutdown_grace`: meanwhile
+    `GET /health` answers 503 `draining`, HAProxy's HTTP check marks it DOWN (the other stays UP),
+    and the stream in flight still ends whole, with its record."""
+    words = " ".join(f"w{i}" for i in range(40))
+    body = make_openai_stream(words, words_per_chunk=1)
+    grace = ("--set", "retimer_shutdown_grace=30s")
+    with FakeLLM(body, per_event_gap=0.15) as fake:  # about 6 s of upstream
+        a, b = (RetimerProxy(tmp_path / n, "--quiet", *PACED, *grace, confdir=tmp_path / "confdir")
+                for n in "ab")
+        _both([a, b])
+        try:
+            with HAProxy(tmp_path / "http", {"a": a.port, "b": b.port}, http_check=True) as checked:
+                checked.wait_status({"a": "UP", "b": "UP"})
+                with ThreadPoolExecutor(1) as pool, httpx.Client(proxy=b.url, timeout=30) as c:
+                    with c.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
+                        stream = r.iter_raw()
+                        first = next(stream)
+                        assert b.proc is not None
+                        b.proc.send_signal(signal.SIGTERM)
+                        rest = pool.submit(lambda: b"".join(stream))
+                        time.sleep(0.3)
+                        health = httpx.get(f"{b.url}/health", headers={"host": "retimer"}, timeout=5)
+                        assert (health.status_code, health.json()) == (503, {"status": "draining"})
+                        checked.wait_status({"a": "UP", "b": "DOWN"})
+                        assert not rest.done()  # taken out while its stream still plays
+                        got = first + rest.result(timeout=30)
+                assert b.proc.wait(timeout=30) == 0
+        finally:
+            a.stop()
+            b.stop()
+    text = "".join(json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+                   for line in got.decode().splitlines()
+                   if line.startswith("data: {") and json.loads(line[6:])["choices"])
+    assert text == words
+    (record,) = _records(b.log_path)
+    assert record["outcome"] == "complete"

@@ -1,8 +1,8 @@
 """`retimer --workers 2`: two real proxy processes on one port (SO_REUSEPORT), real mitmproxy,
 real TLS, real SDK clients. Both workers serve, every stream is re-timed and whole, the one
 log holds exactly one whole JSON line per stream, the banner appears once, Ctrl-C drains every
-worker and exits 0, a worker that dies is one line, bad values are one line. Studies with
-workers: tests/test_workers_study.py."""
+worker and exits 0 (a second one stops them at once), a worker that dies is one line, bad values
+are one line. Studies with workers: tests/test_workers_study.py."""
 
 from __future__ import annotations
 
@@ -281,3 +281,39 @@ def test_quiet_workers_send_neither_records_nor_snapshots() -> None:
     config = ProxyConfig.from_args(proxy_parser().parse_args(["--workers", "2", "--quiet"]))
     assert Workers(config, None).sends == ","
     assert Workers(config, print, live=True).sends == "records,live"
+
+
+def test_a_second_ctrl_c_stops_every_worker_at_once(tmp_path: Path) -> None:
+    """The first Ctrl-C drains (streams still waiting on a slow upstream play on, for up to the
+    grace period); the second stops every worker at once, each stream in flight recorded once
+    as `shutdown`, exit 0, no traceback."""
+    words = " ".join(f"w{i}" for i in range(60))
+    with FakeLLM(make_openai_stream(words, words_per_chunk=1), per_event_gap=0.2, tls=True) as slow:
+        proxy = _proxy(tmp_path, slow, "--set", "retimer_shutdown_grace=120s")
+        try:
+            with ThreadPoolExecutor(4) as pool:
+                streams = [pool.submit(_stream, proxy, slow, i) for i in range(4)]
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:  # until every stream has its first bytes out
+                    if sum(1 for r in slow.requests if len(r.writes) > 2) >= 4:
+                        break
+                    time.sleep(0.05)
+                proxy.proc.send_signal(signal.SIGINT)
+                time.sleep(1.5)
+                assert proxy.proc.poll() is None  # draining: the upstream still streams
+                assert not any(s.done() for s in streams)
+                proxy.proc.send_signal(signal.SIGINT)
+                stopped = time.monotonic()
+                assert proxy.proc.wait(15) == 0
+                assert time.monotonic() - stopped < 10  # not the 120 s grace, nor the 12 s streams
+                for s in streams:
+                    try:
+                        s.result(15)
+                    except Exception:  # noqa: S110 (a cut stream may fail in the SDK: that is the point)
+                        pass
+        finally:
+            proxy.stop()
+    lines = _log_lines(proxy)
+    assert len(lines) == 4 and len({r["id"] for r in lines}) == 4  # one whole line per stream
+    assert {r["outcome"] for r in lines} == {"shutdown"}
+    assert "Traceback" not in proxy.stderr()

@@ -173,6 +173,10 @@ class Retimer:
         """Streams, WebSockets and whole responses still held or being sent."""
         return len(self.active) + len(self.websockets.sockets) + self.holding_whole
 
+    def is_draining(self) -> bool:
+        """Shutting down: `drain` was called (the health check then answers 503)."""
+        return self.drained is not None and self.drained.is_set()
+
     def drain(self) -> None:
         """Shutting down (retimer.proxy.safety): everything held goes out now, the rest as it comes."""
         self.bridge.drain()

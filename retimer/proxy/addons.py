@@ -14,10 +14,11 @@ from retimer.proxy.study_addon import Study
 
 
 def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
-    """HealthCheck (answers a balancer's `GET http://retimer/health` before anything else),
+    """HealthCheck (answers a balancer's `GET http://retimer/health` before anything else, 503
+    while Retimer drains),
     Retimer (pacing, records), Safety (bounds, keep-alives, graceful shutdown), Study (before
     the cache: it answers the rating page itself), ResponseCache and PacServer, in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer()
-    return [HealthCheck(), retimer, Safety(retimer), Study(retimer), ResponseCache(), PacServer()]
+    return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), Study(retimer), ResponseCache(), PacServer()]

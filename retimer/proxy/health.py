@@ -7,11 +7,15 @@ the proxy's event loop, so a balancer's HTTP check (HAProxy `option httpchk`, En
 Answered in regular (forward proxy) mode, for the host `retimer` or the proxy's own address,
 in absolute form (through the proxy) or origin form (`GET /health`, `Host: retimer`). In reverse
 mode every path is the upstream's, so there the TCP check is the check (docs/deployment.md).
+While the instance drains (the first SIGTERM or Ctrl-C, up to `retimer_shutdown_grace`) it still
+serves the streams in flight and still accepts connections, but answers 503 `draining`, so a
+balancer's HTTP check takes it out before it stops.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from retimer.proxy.pac import addressed_to_proxy
@@ -21,7 +25,11 @@ HOST = "retimer"
 
 
 class HealthCheck:
-    """mitmproxy addon: answers the health check itself, before any other addon sees it."""
+    """mitmproxy addon: answers the health check itself, before any other addon sees it.
+    `draining` says whether the proxy is shutting down (then the answer is 503)."""
+
+    def __init__(self, draining: Callable[[], bool] = lambda: False) -> None:
+        self.draining = draining
 
     def request(self, flow: Any) -> None:
         from mitmproxy import http
@@ -35,6 +43,7 @@ class HealthCheck:
             return
         if req.host.lower() != HOST and not addressed_to_proxy(req.host, req.port, sockname):
             return
-        body = json.dumps({"status": "ok"}).encode() + b"\n"
+        status, code = ("draining", 503) if self.draining() else ("ok", 200)
+        body = json.dumps({"status": status}).encode() + b"\n"
         flow.response = http.Response.make(
-            200, body, {"content-type": "application/json", "cache-control": "no-store"})
+            code, body, {"content-type": "application/json", "cache-control": "no-store"})
