@@ -6,9 +6,9 @@ can neither emit on a timer nor split one upstream chunk into several timed writ
 flow we therefore wrap `HttpStream._handle_event`: upstream `ResponseData` goes into the
 stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)` when a
 `RequestWakeup` we asked for comes back as `Wakeup` (after a stream's first, the bridge's own
-loop timers deliver them: bridge_timers, and on an HTTP/1 client connection the bridge then
-frames, encrypts and writes the bytes itself: bridge_direct), and `ResponseEndOfMessage` is held
-until the last byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+loop timers deliver them: bridge_timers, and the bridge then frames, encrypts and writes the
+bytes itself, HTTP/1 or h2: bridge_direct), and `ResponseEndOfMessage` is held until the last
+byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
 which holds the paced streams and what they hold. WebSocket messages are paced with public
 hooks; the server's later events wait behind held messages (`WebSocketOrder`, in

@@ -1,22 +1,25 @@
-"""The pacing bridge's direct writes: a paced HTTP/1 stream's timed bytes straight to its client.
+"""The pacing bridge's direct writes: a paced stream's timed bytes straight to its client.
 
 Why (BENCHMARKS.md, "CPU per event"): through mitmproxy, every timed write is a `Wakeup` sent
 down the connection's layer stack to the stream and a `SendHttp` sent back up through the HTTP
-layer, the HTTP/1 connection (chunk framing), the client's TLS layer (encryption) and the
-connection handler (the socket write): about ten layer calls, most of a paced event's CPU. Once
-a stream's response head is out on an HTTP/1 connection, what a body chunk becomes on the wire
-is fixed, so `ClientWriter` does those steps itself in one call: frame the chunk as
-`Http1Server` would, encrypt it with the connection's own TLS object as the TLS layer would,
-write it to the handler's transport, note the activity for the idle watchdog. It is only used
-where the stack holds nothing else that could touch the client's bytes (`client_writer` checks
-every layer); h2, HTTP/3, unknown layers, a closing transport, the end of a stream and every
-error take the ordinary way. Both ways write synchronously on the one event loop, so their
-bytes never interleave out of order.
+layer, the client's HTTP connection (HTTP/1 chunk framing, or h2 frames and flow control), the
+client's TLS layer (encryption) and the connection handler (the socket write): about ten layer
+calls per write. Once a stream's response head is out, what a body chunk becomes on the wire is
+fixed, so `ClientWriter` does those steps itself in one call, each as mitmproxy's own layer does
+it: frame the chunk as `Http1Server` does, or hand it to the connection's own h2 state machine
+as `Http2Server` does (which keeps flow control: what the window does not allow waits in its
+buffer, sent by mitmproxy when the client opens the window); encrypt with the connection's own
+TLS object as the TLS layer does; write to the handler's transport; note the activity for the
+idle watchdog. It is only used where the stack holds nothing else that could touch the
+client's bytes (`client_writer` checks every layer); HTTP/3, unknown layers, a closing transport
+or h2 stream, the end of a stream and every error take the ordinary way. Both ways write
+synchronously on the one event loop, so their bytes never interleave out of order.
 Part of the bridge: one of the modules allowed on mitmproxy's internals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mitmproxy.proxy import layer as layer_mod
@@ -28,6 +31,7 @@ from OpenSSL import SSL
 
 HttpLayer = http_layer.HttpLayer
 Http1Server = http_layer.Http1Server
+Http2Server = http_layer.Http2Server
 ClientTLSLayer = tls.ClientTLSLayer
 ServerTLSLayer = tls.ServerTLSLayer
 
@@ -39,23 +43,31 @@ _PASSING: tuple[type, ...] = (
 
 
 class ClientWriter:
-    """Writes body chunks of one HTTP/1 response to its client as mitmproxy's layers would."""
+    """Writes body chunks of one response to its client as mitmproxy's layers would: `frame`
+    turns a chunk into the connection's bytes, `is_open` says the stream still takes them."""
 
-    __slots__ = ("_chunked", "_tls", "_watchdog", "_writer")
+    __slots__ = ("_frame", "_is_open", "_tls", "_watchdog", "_writer")
 
-    def __init__(self, writer: Any, ssl_conn: SSL.Connection | None, chunked: bool, watchdog: Any) -> None:
+    def __init__(
+        self, writer: Any, ssl_conn: SSL.Connection | None, frame: Callable[[bytes], bytes],
+        is_open: Callable[[], bool], watchdog: Any,
+    ) -> None:
         self._writer = writer
         self._tls = ssl_conn
-        self._chunked = chunked
+        self._frame = frame
+        self._is_open = is_open
         self._watchdog = watchdog
 
     @property
     def ready(self) -> bool:
-        """The transport still takes bytes (if not, the ordinary way sees the client go)."""
-        return not self._writer.is_closing()
+        """The transport (and the h2 stream) still take bytes; if not, the ordinary way sees
+        the client go."""
+        return not self._writer.is_closing() and self._is_open()
 
     def write(self, data: bytes) -> None:
-        raw = b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
+        raw = self._frame(data)
+        if not raw:
+            return  # h2: held back by flow control, in the connection's own buffer
         if self._tls is None:
             self._writer.write(raw)
         else:
@@ -85,8 +97,8 @@ def client_writer(stream: Any, handler: Any) -> ClientWriter | None:
             http = la
     if http is None:
         return None
-    h1 = http.connections.get(client)
-    if type(h1) is not Http1Server or h1.stream_id != stream.stream_id or h1.response is None:
+    frame_is_open = _framing(http.connections.get(client), stream.stream_id)
+    if frame_is_open is None:
         return None
     ssl_conn = None
     if tls_layer is not None:
@@ -96,8 +108,31 @@ def client_writer(stream: Any, handler: Any) -> ClientWriter | None:
     io = handler.transports.get(client)
     if io is None or io.writer is None:
         return None
-    chunked = "chunked" in h1.response.headers.get("transfer-encoding", "").lower()
-    return ClientWriter(io.writer, ssl_conn, chunked, handler.timeout_watchdog)
+    return ClientWriter(io.writer, ssl_conn, *frame_is_open, handler.timeout_watchdog)
+
+
+def _framing(conn: Any, stream_id: int) -> tuple[Callable[[bytes], bytes], Callable[[], bool]] | None:
+    """How the client's HTTP connection layer frames a body chunk of `stream_id`, and whether
+    the stream is still open for it; None for any other connection (HTTP/3) or state."""
+    if type(conn) is Http1Server:
+        if conn.stream_id != stream_id or conn.response is None:
+            return None
+        if "chunked" in conn.response.headers.get("transfer-encoding", "").lower():
+            return (lambda data: b"%x\r\n%s\r\n" % (len(data), data)), _always
+        return (lambda data: data), _always
+    if type(conn) is Http2Server:
+        h2_conn = conn.h2_conn
+
+        def frame(data: bytes) -> bytes:
+            h2_conn.send_data(stream_id, data)
+            return h2_conn.data_to_send()
+
+        return frame, lambda: conn.is_open_for_us(stream_id)
+    return None
+
+
+def _always() -> bool:
+    return True
 
 
 def _annotated(cls: type, name: str) -> bool | None:
@@ -107,6 +142,8 @@ def _annotated(cls: type, name: str) -> bool | None:
 NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
     "Http1Server.response": _annotated(Http1Server, "response"),
     "Http1Server.stream_id": _annotated(Http1Server, "stream_id"),
+    "Http2Server.h2_conn": _annotated(Http2Server, "h2_conn"),
+    "Http2Server.is_open_for_us": getattr(Http2Server, "is_open_for_us", None),
     "HttpLayer.connections": "connections" in HttpLayer.__init__.__code__.co_names or None,
     "TLSLayer.tls": _annotated(tls.TLSLayer, "tls"),
     "TunnelLayer.tunnel_state": _annotated(tls.TLSLayer, "tunnel_state"),

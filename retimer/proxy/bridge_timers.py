@@ -8,8 +8,8 @@ asks again, at the price of another task and another trip through the layers. So
 stream's connection handler is known (its first wakeup goes the ordinary way, and the wrapped
 `ConnectionHandler.wakeup` names the handler), the bridge arms a loop timer itself: a firing
 that is still early re-arms without touching mitmproxy, and one that is due is first offered to
-the bridge's direct write (`bridge_direct`: body bytes on an HTTP/1 connection, written without
-the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
+the bridge's direct write (`bridge_direct`: body bytes on an HTTP/1 or h2 connection, written
+without the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
 mitmproxy's wakeup task would, routed to the stream through the HTTP layer's `command_sources`
 like any wakeup the stream asked for.
 Part of the bridge: one of the modules allowed on mitmproxy's internals.
