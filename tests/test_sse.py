@@ -269,6 +269,28 @@ def test_property_any_chunking_same_events(data: bytes, cuts: list[int]) -> None
     assert whole == reference(data)
 
 
+_payload = st.one_of(st.text(max_size=30).map(lambda t: t.encode()), st.binary(max_size=20))
+# the parser's one-step path takes `[event: NAME LF] data: PAYLOAD LF LF` blocks: these streams
+# are mostly such blocks (and near misses), so the oracle checks that path and its way out
+plain_blocks = st.lists(
+    st.one_of(
+        st.tuples(st.one_of(st.none(), _payload), _payload).map(
+            lambda b: (b"" if b[0] is None else b"event: " + b[0] + b"\n") + b"data: " + b[1] + b"\n\n"),
+        st.sampled_from(_FRAGMENTS),
+    ),
+    max_size=20,
+).map(b"".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=plain_blocks, cuts=st.lists(st.integers(0, 400), max_size=30))
+def test_property_plain_blocks_match_the_spec(data: bytes, cuts: list[int]) -> None:
+    whole = parse_all(data)
+    assert whole == reference(data)
+    assert parse_chunks(rechunk(data, cuts)) == whole
+    assert b"".join(e.raw for e in whole) == data
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 @pytest.mark.parametrize("name", ALL_SSE_FIXTURES)

@@ -96,6 +96,11 @@ class SSEParser:
         n = len(buf)
         pos = self._scan
         while True:
+            if pos == self._event_start == self._line_start and not self._at_stream_start:
+                end = self._plain_event(pos, events)
+                if end:
+                    pos = self._event_start = self._line_start = end
+                    continue
             m = _LINE_END.search(buf, pos)
             if m is None:
                 pos = n
@@ -133,6 +138,30 @@ class SSEParser:
         return events
 
     # -- internals -------------------------------------------------------------------
+    def _plain_event(self, start: int, events: list[SSEEvent]) -> int:
+        """The common case in one step: a whole `[event: NAME LF] data: PAYLOAD LF LF` block at
+        `start`, LF endings only, appended as the line-by-line path would make it; the offset
+        after it, or 0 to take the general path (any other shape, or not all arrived yet)."""
+        buf = self._buf
+        stop = buf.find(b"\n\n", start)
+        if stop < 0 or buf.find(b"\r", start, stop) >= 0:
+            return 0
+        name: str | None = None
+        line = start
+        if buf.startswith(b"event: ", start):
+            line = buf.find(b"\n", start) + 1
+            if line > stop:
+                return 0
+            name = buf[start + 7:line - 1].decode("utf-8", "replace")
+        if not buf.startswith(b"data: ", line) or buf.find(b"\n", line, stop) >= 0:
+            return 0
+        events.append(SSEEvent(
+            raw=bytes(buf[start:stop + 2]), event=name,
+            data=buf[line + 6:stop].decode("utf-8", "replace"), newline=LF,
+        ))
+        self._last_newline = LF
+        return stop + 2
+
     def _line(self, stop: int, end: int, events: list[SSEEvent]) -> None:
         """Interpret the line buf[line_start:stop]; its ending runs to `end`."""
         buf = self._buf

@@ -25,6 +25,9 @@ def _float(literal: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_float=_float)
+
+
 def loads(text: str | bytes) -> Any:
     """json.loads, refusing numbers that would not survive a round trip as JSON numbers.
 
@@ -32,7 +35,12 @@ def loads(text: str | bytes) -> Any:
     are not text, nesting too deep for the parser.
     """
     try:
-        return json.loads(text, parse_float=_float)
+        if isinstance(text, str):
+            if text.startswith("\ufeff"):  # as json.loads: a BOM in text is an error
+                raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        else:
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        return _DECODER.decode(text)  # json.loads would build a decoder per call
     except MalformedJSON:
         raise
     except (ValueError, RecursionError) as e:  # JSONDecodeError, UnicodeDecodeError
