@@ -96,7 +96,7 @@ class SSEParser:
         n = len(buf)
         pos = self._scan
         while True:
-            if pos == self._event_start == self._line_start and not self._at_stream_start:
+            if pos < n and pos == self._event_start == self._line_start and not self._at_stream_start:
                 end = self._plain_event(pos, events)
                 if end:
                     pos = self._event_start = self._line_start = end
