@@ -98,13 +98,18 @@ class SSEJSONAdapter(Adapter):
             yield sse.preamble + data if i == 0 else data
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+
+
 def dumps(obj: Any) -> str:
-    """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8."""
-    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8.
+    (One encoder each, made once: json.dumps with options builds a new one per call.)"""
+    text = _COMPACT.encode(obj)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(obj, ensure_ascii=True, separators=(",", ":"))
+        text = _COMPACT_ASCII.encode(obj)
     return text
 
 
