@@ -392,6 +392,25 @@ def test_a_10k_token_event_is_split_as_its_tokens_fall_due() -> None:
     assert out[-1].data == b"end\n" and pacer.done and pacer.buffered == 0
 
 
+@pytest.mark.parametrize("strategy", [Strategy.REPLAY, Strategy.SMOOTH])
+def test_held_events_are_split_as_their_tokens_fall_due(strategy: Strategy) -> None:
+    """`replay` and `smooth` hold the answer, then release it: a 10k-token event is still cut
+    and serialised as its pieces fall due, not all at the release."""
+    words = " w" * 10_000
+    adapter = LazyLineAdapter()
+    pacer = StreamPacer(adapter, FixedTiming(0.4, 0.0002), start=0.0, strategy=strategy,
+                        target_tps=5000.0, expected_tokens=10_000)
+    pacer.feed(b"T:" + words.encode() + b"\nend\n", now=0.01)
+    pacer.finish(now=0.02)
+    first = pacer.next_due()
+    assert first is not None
+    assert [e.data for e in pacer.pop_due(first)] == [b"T: w\n"]
+    assert adapter.serialised < 10
+    out = pacer.pop_all()
+    assert text_of(b"".join(e.data for e in out)) == words[2:]
+    assert out[-1].data == b"end\n" and pacer.done and pacer.buffered == 0
+
+
 def test_a_split_event_waiting_for_its_tokens_keeps_its_place_when_the_upstream_breaks() -> None:
     for strategy in Strategy:
         pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.4, 0.01), start=0.0, strategy=strategy)
@@ -407,10 +426,11 @@ def test_a_split_event_waiting_for_its_tokens_keeps_its_place_when_the_upstream_
     cuts=st.lists(st.integers(0, 40_000), max_size=4),
     step=st.floats(0.0005, 0.05),
     long_every=st.integers(2, 400),
+    strategy=st.sampled_from(list(Strategy)),
 )
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 def test_parsing_as_due_gives_the_schedule_of_parsing_at_once(
-    n: int, chunk: int, cuts: list[int], step: float, long_every: int
+    n: int, chunk: int, cuts: list[int], step: float, long_every: int, strategy: Strategy
 ) -> None:
     def line(i: int) -> bytes:
         if i % long_every == 0:
@@ -421,7 +441,8 @@ def test_parsing_as_due_gives_the_schedule_of_parsing_at_once(
     bounds = sorted({0, len(body), *(c for c in cuts if c < len(body))})
 
     def fed() -> StreamPacer:
-        pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.05, 0.001, chunk), start=0.0)
+        pacer = StreamPacer(LazyLineAdapter(), FixedTiming(0.05, 0.001, chunk), start=0.0,
+                            strategy=strategy, target_tps=800.0)
         for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False)):
             pacer.feed(body[a:b], now=0.001 * i)
         pacer.finish(now=0.01)

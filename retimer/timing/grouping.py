@@ -63,12 +63,13 @@ class EventGrouper:
         self.smooth = (
             SmoothPlan(target_tps, expected_tokens) if self.strategy is Strategy.SMOOTH else None
         )
+        self._replay_from: float | None = None  # replay: no event leaves before the upstream's end
 
     def _accept(self, event: Event, now: float) -> None:
         """An event arrived: schedule it now (live) or hold it (smooth, replay)."""
         held = self._held
         if held is None:
-            self._event(event, now)
+            self._event(event, now, self._replay_from)
             return
         held.append((event, now))
         if self.smooth is not None and event.texts:
@@ -77,18 +78,18 @@ class EventGrouper:
                 self._schedule_held(now)
 
     def _schedule_held(self, now: float) -> None:
-        """Schedule the held events: smooth from its planned start, replay from the end."""
+        """Release the held events: smooth from its planned start, replay from the end. They go
+        back to the front of the backlog's parsed events, in order, and are scheduled (split,
+        serialised) as the schedule needs them, like any parsed event."""
         held = self._held
         if held is None:
             return
         self._held = None
         if self.smooth is not None:
             self.scheduler.not_before = self.smooth.start(now)
-            for event, arrival in held:
-                self._event(event, arrival)
         else:
-            for event, arrival in held:
-                self._event(event, arrival, not_before=now)
+            self._replay_from = now
+        self._backlog.events.extendleft(reversed(held))
 
     def _event(self, event: Event, now: float, not_before: float | None = None) -> None:
         """Schedule one event that arrived at `now`, not to leave before `not_before`."""
