@@ -99,3 +99,34 @@ def test_h2_direct_writes_keep_flow_control(tmp_path: Path) -> None:
     assert sse_text(got) == words
     assert record["outcome"] == "complete"
     assert written > 100
+
+
+class _BrokenWriter:
+    """A direct writer with a bug: it raises before anything is taken from the stream."""
+
+    @property
+    def ready(self) -> bool:
+        raise RuntimeError("a bug in the direct write")
+
+
+def test_a_failing_direct_write_is_logged_and_the_stream_goes_on_through_mitmproxy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from retimer.proxy import bridge_direct
+
+    monkeypatch.setattr(bridge_direct, "client_writer", lambda stream, handler: _BrokenWriter())
+    body = make_openai_stream(WORDS, words_per_chunk=4)
+    with FakeLLM(body, bursts=1) as fake:
+        with InProcessProxy(tmp_path, *PACED) as proxy:
+            timers = proxy.addon.bridge.timers
+            before = proxy.call(lambda: (timers.direct, timers.written))
+            with httpx.Client(proxy=proxy.url) as http, \
+                    http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
+                got = b"".join(r.iter_raw())
+            (record,) = proxy.records(1, timeout=5)
+            direct, written = (b - a for a, b in zip(before, proxy.call(lambda: (timers.direct, timers.written)), strict=True))
+    assert sse_text(got) == WORDS
+    assert record["outcome"] == "complete"
+    assert direct > 100 and written == 0  # every wake after the failure went through mitmproxy
+    failures = [r for r in caplog.records if "direct write failed" in r.getMessage()]
+    assert len(failures) == 1

@@ -61,7 +61,6 @@ WebsocketLayer = ws_layer.WebsocketLayer
 COUNT_EVERY_S = 0.1  # a passthrough stream's bytes are parsed and counted at most this often
 
 
-
 class InternalsMissing(RuntimeError):
     """This mitmproxy lacks a private name the bridge relies on."""
 
@@ -225,9 +224,9 @@ class PacingBridge:
         if isinstance(event, ResponseData) and stream.server_state == stream.state_stream_response_body:
             now = time.monotonic()
             pacer.receive(event.data, now)
-            if now - paced.last_send >= COUNT_EVERY_S:
+            if now - paced.tallied >= COUNT_EVERY_S:
                 pacer.tally()
-                paced.last_send = now
+                paced.tallied = now
                 self._warn_once(stream, paced)
         elif isinstance(event, ResponseEndOfMessage) and stream.server_state == stream.state_stream_response_body:
             pacer.finish(time.monotonic())

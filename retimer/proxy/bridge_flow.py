@@ -48,6 +48,7 @@ class PacedFlow:
     routes: Any = None  # the HTTP layers that route its wakeups (bridge_timers.routes)
     stream: Any = None  # its HttpStream, once its timers are armed
     counting: bool = False  # passthrough: mitmproxy sends the body as it comes, the pacer counts
+    tallied: float = 0.0  # passthrough: when its bytes were last counted
     direct: Any = None  # its bridge_direct.ClientWriter once looked for (False: none)
 
 

@@ -18,6 +18,7 @@ Part of the bridge: one of the modules allowed on mitmproxy's internals.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,8 @@ from mitmproxy.proxy.server import ConnectionHandler
 from retimer.timing import emission
 
 HttpLayer = http_layer.HttpLayer
+
+logger = logging.getLogger(__name__)
 
 
 class PacingWakeup(commands.RequestWakeup):
@@ -89,7 +92,7 @@ class DirectTimers:
         handler = paced.handler
         lock = handler._server_event_lock
         busy = lock.locked() or bool(lock._waiters)
-        if not busy and self._emit_direct(paced, cmd):
+        if not busy and self._write_directly(paced, cmd):
             self.written += 1
             return
         coro = handler.server_event(events.Wakeup(cmd))
@@ -103,6 +106,17 @@ class DirectTimers:
         except StopIteration:
             return
         raise RuntimeError("mitmproxy's server_event awaited with its lock free")
+
+
+    def _write_directly(self, paced: Any, cmd: PacingWakeup) -> bool:
+        """The bridge's direct write; a bug there is logged once and the stream goes on the
+        ordinary way (a loop callback that raised would leave the stream without its wake)."""
+        try:
+            return self._emit_direct(paced, cmd)
+        except Exception:
+            logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
+            paced.direct = False
+            return False
 
 
 def forget(paced: Any, cmd: PacingWakeup) -> None:
