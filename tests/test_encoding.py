@@ -11,6 +11,7 @@ import gzip
 import random
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from retimer.wire.encoding import decoder_for
+from retimer.wire.tokenizer import split_tokens
 from tests.proxy import RetimerProxy
 from tests.stream_bodies import BodyEncoder, make_openai_stream
 from tests.test_faults import read_until_error, sse_text
@@ -155,3 +157,32 @@ def test_a_corrupt_body_ends_with_an_error_never_with_garbage(
         time.sleep(0.05)
     assert proxy.stderr().count("is corrupt") == warnings + 1
     assert "Traceback" not in proxy.stderr()
+
+
+@pytest.mark.parametrize("kind", ["gzip-corrupt", "gzip-truncated"])
+def test_passthrough_passes_a_corrupt_body_on_as_it_came(
+    tmp_path: Path, fake: FakeLLM, kind: str
+) -> None:
+    """With `--profile passthrough` mitmproxy sends the body as it came, still compressed; a
+    corrupt one reaches the client byte for byte (as reading the upstream directly would), the
+    record says `complete` with what could be counted, and one warning says why."""
+    headers = {"x-fake-encoding": kind, "accept-encoding": "gzip"}
+    with httpx.Client(timeout=30) as c, \
+            c.stream("POST", fake.url + "/v1/chat/completions", json={}, headers=headers) as r:
+        direct = b"".join(r.iter_raw())
+    with RetimerProxy(tmp_path, "--profile", "passthrough") as proxy:
+        with httpx.Client(proxy=proxy.url, timeout=30) as c, \
+                c.stream("POST", fake.url + "/v1/chat/completions", json={}, headers=headers) as r:
+            got = b"".join(r.iter_raw())
+            assert r.headers["content-encoding"] == "gzip"
+        (record,) = proxy.records(1)
+        deadline = time.monotonic() + 5
+        while "cannot be decoded to count it" not in proxy.stderr() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert proxy.stderr().count("cannot be decoded to count it") == 1
+        assert "Traceback" not in proxy.stderr()
+    assert got == direct
+    assert record["outcome"] == "complete" and record["profile"] == "passthrough"
+    assert record["upstream"]["tokens"] == record["emitted"]["tokens"]  # what was decoded
+    if kind == "gzip-truncated":  # everything but the gzip trailer came: all of the text
+        assert record["upstream"]["tokens"] == len(split_tokens(WORDS))
