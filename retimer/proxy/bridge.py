@@ -221,25 +221,25 @@ class PacingBridge:
         pacer keeps them with their arrival times and counts them at most every COUNT_EVERY_S
         (the live view's pace) and at the end, for its record."""
         pacer = paced.pacer
-        if isinstance(event, ResponseData) and stream.server_state == stream.state_stream_response_body:
+        streaming = stream.server_state == stream.state_stream_response_body
+        if isinstance(event, ResponseData) and streaming:
             now = time.monotonic()
             pacer.receive(event.data, now)
             if now - paced.tallied >= COUNT_EVERY_S:
                 pacer.tally()
                 paced.tallied = now
                 self._warn_once(stream, paced)
-        elif isinstance(event, ResponseEndOfMessage) and stream.server_state == stream.state_stream_response_body:
+        elif isinstance(event, ResponseEndOfMessage) and streaming:
             pacer.finish(time.monotonic())
             if pacer.broken is None:
                 pacer.tally()
                 self._warn_once(stream, paced)
-                self._finish(paced, "complete")
             else:  # the client has the body as it came, to decode itself
                 pacer.tally(pacer.abort(time.monotonic()))
                 logger.warning(f"retimer: the {pacer.adapter.name} stream from "
                                f"{stream.flow.request.pretty_host} cannot be decoded to count it "
                                f"({pacer.broken}); passed on unchanged")
-                self._finish(paced, "complete")
+            self._finish(paced, "complete")
         elif isinstance(event, ResponseProtocolError):
             pacer.tally(pacer.abort(time.monotonic()))
             self._finish(paced, "upstream-error")
