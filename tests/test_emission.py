@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from retimer.timing import emission
 from retimer.timing.emission import EARLY_S, LONG_SLEEP_EARLY_S, MAX_SLEEP_S, WINDOW_S
@@ -67,3 +69,21 @@ def test_timers_are_set_early_and_earlier_still_for_long_sleeps() -> None:
     assert emission.timer_delay(10.4, 10.0) == pytest.approx(0.4 - EARLY_S - LONG_SLEEP_EARLY_S)
     assert emission.timer_delay(10.0, 10.0) == 0.0
     assert emission.timer_delay(9.0, 10.0) == 0.0  # overdue: at once
+
+
+@given(st.floats(0.0, 30.0), st.floats(0.0, 0.0011))
+def test_a_timer_that_fires_when_asked_or_up_to_a_millisecond_late_finds_its_wake_due(
+    ahead: float, late: float
+) -> None:
+    """The window covers the head start a timer is given: a wake never comes too early to
+    send, so it never re-arms for the fraction of a millisecond epoll cannot sleep."""
+    now = 100.0
+    wake = now + ahead
+    fired = now + emission.timer_delay(wake, now) + late
+    assert fired + WINDOW_S >= wake
+
+
+def test_a_wake_before_the_window_sleeps_until_it_is_in_it() -> None:
+    assert emission.until_sendable(10.01, 10.0) == pytest.approx(0.01 - WINDOW_S)
+    assert emission.until_sendable(10.0 + WINDOW_S, 10.0) == 0.0
+    assert emission.until_sendable(9.0, 10.0) == 0.0

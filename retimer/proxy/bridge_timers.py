@@ -86,7 +86,7 @@ class DirectTimers:
         now = time.monotonic()
         if now + emission.WINDOW_S < wake and not self._draining():
             self.early += 1  # nothing can be due yet (see emission.next_wake): wait on
-            asyncio.get_running_loop().call_later(emission.timer_delay(wake, now), self._fire, paced, cmd)
+            asyncio.get_running_loop().call_later(emission.until_sendable(wake, now), self._fire, paced, cmd)
             return
         self.direct += 1
         handler = paced.handler

@@ -4,7 +4,11 @@ state in, decisions out; the shell owns the clock, the timers and the connection
 
 Timers run late (asyncio's are millisecond-grained, and the kernel adds slack to long sleeps),
 so a stream asks to wake a little before its next due time and, once awake, sends everything
-due within a short window in one write. While the proxy drains (shutdown), everything held
+due within a window as wide as that head start, in one write: a token may leave up to WINDOW_S
+before its due time, never later than the timer lets it. (A narrower window made most wakes
+come too early by a fraction of a millisecond, which epoll cannot sleep: the stream re-armed a
+zero timer, a loop pass each, until it was due, at a fifth of the proxy's CPU per event;
+BENCHMARKS.md, "CPU per event".) While the proxy drains (shutdown), everything held
 leaves at once. An HTTP stream that holds bytes also wakes for its keep-alive and at least every
 MAX_SLEEP_S, and one still waiting on its upstream looks again as often, for a lost close.
 """
@@ -14,7 +18,7 @@ from __future__ import annotations
 from retimer.timing.pacer import Emission, StreamPacer
 
 EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run late)
-WINDOW_S = 0.0005  # on waking, send everything due within this window
+WINDOW_S = 0.0013  # on waking, send everything due within this window (> the head start)
 LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
 LONG_SLEEP_EARLY_S = 0.0004
 MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
@@ -53,6 +57,12 @@ def next_wake(
 def needs_timer(wake: float, pending: float | None) -> bool:
     """A new timer is needed for `wake` unless one due at `pending`, no later, is on its way."""
     return pending is None or pending > wake
+
+
+def until_sendable(wake: float, now: float) -> float:
+    """How long a wake that came before the window to wait on: until `wake` is in the window
+    (a timer fires early only when a sooner wake was asked for and then moved)."""
+    return max(0.0, wake - WINDOW_S - now)
 
 
 def timer_delay(wake: float, now: float) -> float:
