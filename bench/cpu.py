@@ -1,4 +1,4 @@
-"""CPU per event, side by side in one run: `.venv/bin/python -m bench.cpu [--rounds N] [--cprofile DIR]`.
+"""CPU per event, side by side in one run: `.venv/bin/python -m bench.cpu [--rounds N] [--routes R,..]`.
 
 Issue 15's measure for a cheaper proxy. Three routes through the same fake upstream, measured
 round by round in rotating order so the machine's load falls on all of them alike:
@@ -99,8 +99,11 @@ def _events(results: list[dict[str, Any]]) -> int:
     return sum(len(r["events"]) for r in results)
 
 
-def measure(rounds: int, cprofile: Path | None, tmp: Path) -> dict[str, Any]:
-    """CPU per event of each route, summed over `rounds` rounds in rotating order."""
+ROUTES = ("mitmdump", "passthrough", "paced")
+
+
+def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...] = ROUTES) -> dict[str, Any]:
+    """CPU per event of each route in `only`, summed over `rounds` rounds in rotating order."""
     cpu: dict[str, float] = {"mitmdump": 0.0, "passthrough": 0.0, "paced": 0.0}
     events: dict[str, int] = dict.fromkeys(cpu, 0)
     paced_args = ("--profile", "human-reading", "--tps", PACED_TPS, "--ttft", "100ms",
@@ -142,17 +145,20 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path) -> dict[str, Any]:
                 events[name] += _events(results)
             fake.clear()
 
-        names = list(routes)
+        names = [n for n in routes if n in only]
         for name in names:
             play(name, f"warm-{name}")
         for r in range(rounds):
             progress(f"cpu: round {r + 1} of {rounds}")
-            for name in names[r % 3:] + names[: r % 3]:
+            for name in names[r % len(names):] + names[: r % len(names)]:
                 play(name, f"{name}-{r}")
-    us = {n: cpu[n] / max(1, events[n]) * 1e6 for n in cpu}
-    return {"rounds": rounds, "events": events, "cpu_s": cpu, "cpu_us_per_event": us,
-            "passthrough_over_mitmdump": us["passthrough"] / us["mitmdump"],
-            "paced_over_mitmdump": us["paced"] / us["mitmdump"]}
+    us = {n: cpu[n] / events[n] * 1e6 for n in only}
+    res: dict[str, Any] = {"rounds": rounds, "events": events, "cpu_s": cpu, "cpu_us_per_event": us}
+    if "mitmdump" in us:
+        for n in ("passthrough", "paced"):
+            if n in us:
+                res[f"{n}_over_mitmdump"] = us[n] / us["mitmdump"]
+    return res
 
 
 def main() -> None:
@@ -161,14 +167,19 @@ def main() -> None:
     ap.add_argument("--cprofile", type=Path, metavar="DIR",
                     help="run the retimer routes under cProfile, stats into DIR")
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
+    ap.add_argument("--routes", default=",".join(ROUTES),
+                    help=f"comma-separated routes to measure (default: {','.join(ROUTES)})")
     args = ap.parse_args()
+    only = tuple(r for r in args.routes.split(",") if r)
+    if not only or set(only) - set(ROUTES):
+        ap.error(f"--routes: choose from {', '.join(ROUTES)}")
     if args.cprofile:
         args.cprofile.mkdir(parents=True, exist_ok=True)
     import tempfile
 
     res: dict[str, Any] = {"burst_first_emission_cpu_ms": burst_first_emission_ms()}
     with tempfile.TemporaryDirectory(prefix="retimer-cpu-") as td:
-        res.update(measure(args.rounds, args.cprofile, Path(td)))
+        res.update(measure(args.rounds, args.cprofile, Path(td), only))
     print(json.dumps(res, indent=1))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))
