@@ -32,6 +32,7 @@ from retimer.proxy.hooks import (
     PROFILE_KEY,
     PROMPT_KEY,
     STREAM_KEY,
+    HookCaller,
     RecordHook,
     StreamDoneHook,
     StreamStartHook,
@@ -86,6 +87,7 @@ class Retimer:
         self.websockets = WebSocketPacing(self.bridge.websockets, self._websocket_turn, self._websocket_done)
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
         self.holding_whole = 0  # non-streaming responses being held right now
+        self.hooks = HookCaller()  # retimer's own hooks, to the addons that have them
         self.full_passes = FullPasses()  # full GC passes run only while nothing plays
 
     def load(self, loader: Any) -> None:
@@ -287,7 +289,7 @@ class Retimer:
         start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
-        ctx.master.addons.trigger(StreamStartHook(flow, pacer))
+        self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, pacer))
         self.bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
@@ -362,7 +364,7 @@ class Retimer:
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
         self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
-        ctx.master.addons.trigger(StreamDoneHook(flow, pacer, record))  # before it is written
+        self.hooks.trigger(ctx.master.addons, StreamDoneHook(flow, pacer, record))  # before it is written
         self._write(record)
         if not self.active and not self.websockets.sockets:
             self._collect_when_idle()
@@ -381,7 +383,7 @@ class Retimer:
         """Into the log, then to every addon with the record hook (the study, the live view)."""
         if self.log:
             self.log.write(record)
-        ctx.master.addons.trigger(RecordHook(record))
+        self.hooks.trigger(ctx.master.addons, RecordHook(record))
 
     def _record(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,

@@ -323,7 +323,6 @@ class PacingBridge:
         if pacer.done:
             return False  # the end goes the ordinary way, with this wakeup
         del paced.wakeups[cmd]
-        bridge_timers.forget(paced, cmd)
         if self._rearm(stream, paced, now) is not None:
             raise RuntimeError("a stream with a known handler asked for mitmproxy's wakeup")
         return True
@@ -387,7 +386,9 @@ class PacingBridge:
         self._sent(stream, paced, batch, data, now)
 
     def _sent(self, stream: Any, paced: PacedFlow, batch: list[Emission], data: bytes, now: float) -> None:
-        if stream.context.options.store_streamed_bodies:
+        if paced.keep_body is None:  # an option read costs a deepcopy: once per stream
+            paced.keep_body = bool(stream.context.options.store_streamed_bodies)
+        if paced.keep_body:
             stream.response_body_buf += data
         paced.pacer.sent(batch, now)
         paced.last_send = now

@@ -19,6 +19,7 @@ Part of the bridge: one of the modules allowed on mitmproxy's internals.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +53,8 @@ class ClientWriter:
         self, writer: Any, ssl_conn: SSL.Connection | None, frame: Callable[[bytes], bytes],
         is_open: Callable[[], bool], watchdog: Any,
     ) -> None:
-        self._writer = writer
+        # an asyncio StreamWriter only passes writes on to its transport (others: as they are)
+        self._writer = writer.transport if isinstance(writer, asyncio.StreamWriter) else writer
         self._tls = ssl_conn
         self._frame = frame
         self._is_open = is_open

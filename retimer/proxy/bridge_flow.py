@@ -50,6 +50,7 @@ class PacedFlow:
     counting: bool = False  # passthrough: mitmproxy sends the body as it comes, the pacer counts
     tallied: float = 0.0  # passthrough: when its bytes were last counted
     direct: Any = None  # its bridge_direct.ClientWriter once looked for (False: none)
+    keep_body: bool | None = None  # mitmproxy's store_streamed_bodies, read at its first send
 
 
 def server_error(stream: Any, message: str) -> Any:

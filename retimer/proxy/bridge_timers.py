@@ -11,7 +11,7 @@ that is still early re-arms without touching mitmproxy, and one that is due is f
 the bridge's direct write (`bridge_direct`: body bytes on an HTTP/1 or h2 connection, written
 without the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
 mitmproxy's wakeup task would, routed to the stream through the HTTP layer's `command_sources`
-like any wakeup the stream asked for.
+like any wakeup the stream asked for (registered there only for a wakeup that goes that way).
 Part of the bridge: one of the modules allowed on mitmproxy's internals.
 """
 
@@ -73,15 +73,12 @@ class DirectTimers:
         if paced.routes is None:
             paced.routes = routes(stream)
             paced.stream = stream
-        for layer, child in paced.routes:  # as the command would have registered on its way up
-            layer.command_sources[cmd] = child
         asyncio.get_running_loop().call_later(delay, self._fire, paced, cmd)
         return True
 
     def _fire(self, paced: Any, cmd: PacingWakeup) -> None:
         wake = paced.wakeups.get(cmd)
         if paced.finished or wake is None:
-            forget(paced, cmd)
             return
         now = time.monotonic()
         if now + emission.WINDOW_S < wake and not self._draining():
@@ -95,6 +92,8 @@ class DirectTimers:
         if not busy and self._write_directly(paced, cmd):
             self.written += 1
             return
+        for layer, child in paced.routes:  # as the command would have registered on its way up
+            layer.command_sources[cmd] = child
         coro = handler.server_event(events.Wakeup(cmd))
         if busy:  # it would wait: let a task take its turn
             task = asyncio.get_running_loop().create_task(coro)
@@ -117,12 +116,6 @@ class DirectTimers:
             logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
             paced.direct = False
             return False
-
-
-def forget(paced: Any, cmd: PacingWakeup) -> None:
-    """Unregister a wakeup that will not travel down the layers (stale, or handled directly)."""
-    for layer, _ in paced.routes:
-        layer.command_sources.pop(cmd, None)
 
 
 def routes(stream: Any) -> list[tuple[Any, Any]]:

@@ -11,6 +11,7 @@ All randomness comes from a caller-seeded `numpy.random.Generator`, so runs repr
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -51,6 +52,13 @@ class _BalancedOrder:
         if self._group > 1:
             out = rng.permuted(out.reshape(-1, self._group), axis=1).reshape(-1)
         return out
+
+
+@functools.lru_cache(maxsize=16)
+def _balanced_order(k: int, group: int) -> _BalancedOrder:
+    """One order per (k, group), shared by every stream: it only reads its arrays when it
+    draws, and building one costs more than the rest of a stream's samplers."""
+    return _BalancedOrder(k, group)
 
 
 class GapSampler:
@@ -110,7 +118,7 @@ class GapSampler:
         self._k = block
         self._group = group
         self._constant = unit.is_constant
-        self._order = _BalancedOrder(block, group)
+        self._order = _balanced_order(block, group)
         self._floor = unit.quantile(1.0 - 1.0 / block) / self._unit_mean
         self._blocks = 0
         self._total = 0.0  # sum of emitted unit-mean values (weighted, with a slowdown)

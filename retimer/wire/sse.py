@@ -251,7 +251,10 @@ def format_event(
     lines: list[str] = []
     if event_name is not None:
         lines.append(f"event: {event_name}")
-    lines.extend(f"data: {part}" for part in _SPLIT_LINES.split(data))
+    if "\n" in data or "\r" in data:
+        lines.extend(f"data: {part}" for part in _SPLIT_LINES.split(data))
+    else:  # one line (compact JSON always is): no split to make
+        lines.append(f"data: {data}")
     if event_id is not None:
         lines.append(f"id: {event_id}")
     if retry is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from abc import abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from retimer.wire.protocols import jsontext
@@ -102,14 +102,42 @@ _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _COMPACT_ASCII = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 
 
+def _reusable(encoder: json.JSONEncoder) -> Callable[[Any], str]:
+    """`encoder.encode`, with its C serialiser made once: `encode` makes a new one on every
+    call, which costs more than serialising a small chunk. No circular-reference check: what
+    is serialised here is decoded JSON, which cannot hold a cycle. Without the C module (or if
+    its signature changed), `encoder.encode` itself."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    quote = json.encoder.encode_basestring_ascii if encoder.ensure_ascii else json.encoder.encode_basestring
+    try:
+        serialise = make(None, encoder.default, quote, None, encoder.key_separator,
+                         encoder.item_separator, encoder.sort_keys, encoder.skipkeys,
+                         encoder.allow_nan) if make is not None else None
+    except TypeError:
+        serialise = None
+    if serialise is None:
+        return encoder.encode
+
+    def encode(obj: Any) -> str:
+        if isinstance(obj, str):
+            return quote(obj)
+        return "".join(serialise(obj, 0))
+
+    return encode
+
+
+_encode_compact = _reusable(_COMPACT)
+_encode_compact_ascii = _reusable(_COMPACT_ASCII)
+
+
 def dumps(obj: Any) -> str:
     """Compact JSON; falls back to ASCII escapes when a lone surrogate cannot be UTF-8.
     (One encoder each, made once: json.dumps with options builds a new one per call.)"""
-    text = _COMPACT.encode(obj)
+    text = _encode_compact(obj)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = _COMPACT_ASCII.encode(obj)
+        text = _encode_compact_ascii(obj)
     return text
 
 
