@@ -1,4 +1,5 @@
-"""CPU per event, side by side in one run: `.venv/bin/python -m bench.cpu [--rounds N] [--routes R,..]`.
+"""CPU per event, side by side in one run: `.venv/bin/python -m bench.cpu [--rounds N] [--routes R,..]`
+(or, with `--per-request N`, CPU per request).
 
 Issue 15's measure for a cheaper proxy. Three routes through the same fake upstream, measured
 round by round in rotating order so the machine's load falls on all of them alike:
@@ -161,6 +162,29 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
     return res
 
 
+def per_request(n: int, tmp: Path) -> dict[str, list[float]]:
+    """CPU per request, in us: `n` two-token OpenAI streams, 20 at a time on new connections,
+    through plain mitmdump and through retimer (paced at 1000 tok/s), twice each in turns.
+    What a burst of new streams waits on is this admission work, not the pacing."""
+    args = ("--profile", "human-reading", "--tps", "1000", "--ttft", "1ms", "--jitter", "0",
+            "--seed", "7", "--quiet")
+    (tmp / "mitmdump").mkdir(parents=True, exist_ok=True)
+    out: dict[str, list[float]] = {"mitmdump": [], "retimer": []}
+    with FakeLLM(bursts=1) as fake, Client() as client, Mitmdump(tmp / "mitmdump") as md, \
+            RetimerProxy(tmp / "retimer", *args) as rt:
+        assert md.proc and rt.proc
+        fake.per_event_gap, fake.openai_body = None, make_openai_stream(prose(2, 3), words_per_chunk=1)
+        for name, url, pid in (("mitmdump", md.url, md.proc.pid), ("retimer", rt.url, rt.proc.pid)) * 2:
+            progress(f"cpu: {n} requests through {name}")
+            specs = [stream_spec(fake, "openai", f"{name}-{i}", warmup=False) for i in range(n)]
+            c0 = cpu_seconds(pid)
+            for k in range(0, n, 20):
+                client.streams(url, specs[k:k + 20], concurrent=True)
+            out[name].append((cpu_seconds(pid) - c0) / n * 1e6)
+            fake.clear()
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -169,7 +193,15 @@ def main() -> None:
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the figures here")
     ap.add_argument("--routes", default=",".join(ROUTES),
                     help=f"comma-separated routes to measure (default: {','.join(ROUTES)})")
+    ap.add_argument("--per-request", type=int, metavar="N", default=0,
+                    help="instead: CPU per request over N short streams, mitmdump and retimer")
     args = ap.parse_args()
+    if args.per_request:
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="retimer-cpu-") as td:
+            print(json.dumps({"cpu_us_per_request": per_request(args.per_request, Path(td))}, indent=1))
+        return
     only = tuple(r for r in args.routes.split(",") if r)
     if not only or set(only) - set(ROUTES):
         ap.error(f"--routes: choose from {', '.join(ROUTES)}")
