@@ -6,6 +6,7 @@ on every server. The admin socket tells the tests which servers the checks see a
 
 from __future__ import annotations
 
+import base64
 import os
 import shutil
 import socket
@@ -66,10 +67,11 @@ def haproxy_path() -> str:
 class HAProxy:
     """`haproxy -db` with CONFIG, on a free port, balancing over `servers` (name -> port);
     `http_check`: HAProxy's HTTP check on retimer's `GET /health` instead of a TCP connect;
-    `balance`: roundrobin or leastconn."""
+    `balance`: roundrobin or leastconn; `check_auth` (USER:PASS): the HTTP check sends it as
+    `Proxy-Authorization`, for instances run with `--proxy-auth`."""
 
     def __init__(self, tmp: Path, servers: dict[str, int], *, http_check: bool = False,
-                 balance: str = "roundrobin") -> None:
+                 balance: str = "roundrobin", check_auth: str = "") -> None:
         self.binary = haproxy_path()
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
@@ -78,6 +80,9 @@ class HAProxy:
         self.log = tmp / "haproxy.out"
         lines = "\n".join(SERVER.format(name=n, port=p) for n, p in servers.items())
         check = HTTP_CHECK if http_check else ""
+        if check_auth:  # instances behind --proxy-auth answer the check only with the credentials
+            basic = base64.b64encode(check_auth.encode()).decode()
+            check = check.replace("hdr Host retimer", f'hdr Host retimer hdr Proxy-Authorization "Basic {basic}"')
         self.config.write_text(CONFIG.format(socket=self.socket, port=self.port, servers=lines, check=check,
                                              balance=balance))
         self.servers = servers

@@ -2,12 +2,14 @@
 behind Debian's HAProxy in TCP mode: forward-proxy clients (the openai SDK with HTTPS_PROXY set
 to the balancer) and reverse-mode clients (base URL = the balancer) get re-timed, whole streams,
 both instances serve, each writes its own log and `retimer report` / `retimer export` read both;
-the TCP health check takes a stopped instance out, the HTTP one a stuck or draining one too; two
+the TCP health check takes a stopped instance out, the HTTP one a stuck or draining one too;
+with `--proxy-auth` the client's credentials pass through and the HTTP check sends them; two
 instances starting at once on an empty confdir make one CA; a study participant's units are numbered once, in the design's order,
 whichever instance serves (`retimer study --study-state`). See docs/deployment.md."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -121,6 +123,55 @@ def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
     assert done.returncode == 0, done.stderr
     rows = list(csv.DictReader(io.StringIO(table.read_text())))
     assert sorted(r["stream_id"] for r in rows) == sorted(r["id"] for r in from_a + from_b)
+
+
+def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_them(
+    tmp_path: Path, tls_fake: FakeLLM
+) -> None:
+    """Instances run with `--proxy-auth`: a TCP balancer passes the client's credentials (in its
+    CONNECT) on as they came, so a client with them gets re-timed streams from both instances and
+    one without them, or with a wrong password, gets 407 from whichever instance it reached.
+    The HTTP check must send them too: `/health` without them is 407 like any request."""
+    password = "pw-Bal-7731-never-logged"
+    auth = f"alice:{password}"
+    a, b = (RetimerProxy(tmp_path / name, *PACED, "--intercept", r"^127\.0\.0\.1:", "--quiet",
+                         "--proxy-auth", auth, upstream_ca=tls_fake.ca_path, confdir=tmp_path / "confdir")
+            for name in "ab")
+    _both([a, b])
+    try:
+        unchecked = httpx.get(f"{a.url}/health", headers={"host": "retimer"}, timeout=10)
+        assert unchecked.status_code == 407
+        with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}, http_check=True,
+                     check_auth=auth) as balancer:  # started: both seen UP by the check
+            host = balancer.url.removeprefix("http://")
+
+            def stream(i: int, credentials: str) -> str:
+                client = openai.OpenAI(
+                    base_url=tls_fake.url + "/v1", api_key="sk-balanced-secret", max_retries=0,
+                    http_client=openai.DefaultHttpxClient(proxy=f"http://{credentials}{host}",
+                                                          verify=a.client_ssl_context()))
+                return _chat(client, i)
+
+            with ThreadPoolExecutor(4) as pool:
+                assert list(pool.map(lambda i: stream(i, auth + "@"), range(8))) == [TEXT] * 8
+            for credentials in ("", "alice:wrong@"):
+                with pytest.raises(openai.APIConnectionError) as denied:
+                    stream(99, credentials)
+                assert "407" in repr(denied.value.__cause__)
+            _wait_records([a.log_path, b.log_path], 8)
+            assert balancer.status() == {"a": "UP", "b": "UP"}
+    finally:
+        a.stop()
+        b.stop()
+    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    assert from_a and from_b and len(from_a) + len(from_b) == 8  # both served; the denied are no streams
+    assert all(_retimed(r) for r in from_a + from_b)
+    assert len(tls_fake.requests) == 8 and all("proxy-authorization" not in r.headers for r in tls_fake.requests)
+    basic = base64.b64encode(auth.encode()).decode()
+    for proxy in (a, b):
+        artefacts = proxy.log_path.read_text() + proxy.stdout() + proxy.stderr()
+        assert password not in artefacts and basic not in artefacts
+        assert "Traceback" not in proxy.stderr()
 
 
 @pytest.mark.parametrize("balance", ["roundrobin", "leastconn"])
