@@ -38,7 +38,7 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
-from retimer.proxy import bridge_direct, bridge_timers
+from retimer.proxy import bridge_direct, bridge_hooks, bridge_timers
 from retimer.proxy.bridge_flow import DoneCallback, PacedFlow, Settings, server_error, upstream_gone
 from retimer.proxy.bridge_timers import PacingWakeup
 from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
@@ -81,6 +81,7 @@ def check_internals() -> None:
         "Layer._paused": getattr(Layer, "__annotations__", {}).get("_paused"),
         **bridge_timers.NEEDED,
         **bridge_direct.NEEDED,
+        **bridge_hooks.NEEDED,
     }
     missing = [name for name, value in needed.items() if value is None]
     if missing:
@@ -102,6 +103,7 @@ def install() -> PacingBridge:
         check_internals()
         bridge = PacingBridge(HttpStream._handle_event, WebsocketLayer.handle_event)
         bridge.timers = bridge_timers.install(lambda: bridge.draining, bridge.emit_direct)
+        bridge_hooks.install()  # mitmproxy's hooks to the addons that have them
 
         def handle_http(stream: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
             yield from bridge.http_event(stream, event)
