@@ -55,20 +55,38 @@ class HookTable:
         return groups
 
 
+def handler(addon: Any, name: str) -> Callable[..., Any] | None:
+    """The addon's handler of hook `name`, looked up now, as mitmproxy's `_iter_hooks` does it:
+    None when it has none (or an imported module of that name); not callable is an error."""
+    func = getattr(addon, name, None)
+    if not func or isinstance(func, types.ModuleType):
+        return None
+    if not callable(func):
+        raise exceptions.AddonManagerError(f"Addon handler {name} ({addon}) not callable")
+    return func
+
+
 async def invoke_addon(group: list[Any], event: hooks.Hook) -> None:
     """The hook on one top-level addon's addons that have it (`AddonManager.invoke_addon`; the
     name lets mitmproxy's `safecall` cut its frame from a logged traceback, as it cuts that)."""
     for addon in group:
-        func = getattr(addon, event.name, None)
-        if not func:
+        if (func := handler(addon, event.name)) is None:
             continue
-        if not callable(func):
-            if isinstance(func, types.ModuleType):
-                continue  # an imported module of a hook's name, as mitmproxy skips it
-            raise exceptions.AddonManagerError(f"Addon handler {event.name} ({addon}) not callable")
         res = func(*event.args())
         if res is not None and inspect.isawaitable(res):
             await res
+
+
+def invoke_addon_sync(group: list[Any], event: hooks.Hook) -> None:
+    """`invoke_addon` for a synchronous trigger (`AddonManager.invoke_addon_sync`): an async
+    handler is an error, as there."""
+    for addon in group:
+        if (func := handler(addon, event.name)) is None:
+            continue
+        if inspect.iscoroutinefunction(func):
+            raise exceptions.AddonManagerError(
+                f"Async handler {event.name} ({addon}) cannot be called from sync context")
+        func(*event.args())
 
 
 mitmproxy_trigger_event: Callable[..., Any] = AddonManager.trigger_event  # for tests to compare with

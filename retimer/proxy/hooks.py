@@ -9,15 +9,15 @@ cache's), and an addon's exception is logged without stopping the others.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from mitmproxy import exceptions, http
-from mitmproxy.addonmanager import AddonManager, safecall, traverse
+from mitmproxy.addonmanager import AddonManager, safecall
 from mitmproxy.hooks import Hook
 
+from retimer.proxy.bridge_hooks import HookTable, invoke_addon_sync
 from retimer.timing.pacer import StreamPacer
 
 # flow.metadata keys: who sets each, and what it holds
@@ -65,36 +65,20 @@ class RecordHook(Hook):
 
 
 class HookCaller:
-    """Triggers retimer's hooks as `AddonManager.trigger` does (in chain order, an addon's
-    error logged by mitmproxy's `safecall`, `AddonHalt` stops), at the cost of the addons that
-    have the hook: which addons those are is looked up once per hook and chain, not on every
-    call. mitmproxy's own `trigger` goes through every addon of the chain (about 40) with a
-    context manager each, three times a stream: a tenth of a millisecond of CPU per new stream,
-    which a burst of new streams waits on (BENCHMARKS.md, "CPU per event")."""
+    """Triggers retimer's hooks as `AddonManager.trigger` does (in chain order, `safecall` per
+    top-level addon: an error is logged and the others run; `AddonHalt` stops the rest), on
+    the addons that have the hook only (`bridge_hooks.HookTable`): mitmproxy's own `trigger`
+    goes through every addon of the chain (about 40) with a context manager each, three times
+    a stream, which a burst of new streams waits on (BENCHMARKS.md, "CPU per event")."""
 
     def __init__(self) -> None:
-        self._chain: list[Any] = []  # every addon, children included, when the cache was made
-        self._handlers: dict[str, list[tuple[Callable[..., Any], bool]]] = {}
+        self._table = HookTable()
 
     def trigger(self, manager: AddonManager, event: Hook) -> None:
-        chain = list(traverse(manager.chain))
-        if len(chain) != len(self._chain) or any(a is not b for a, b in zip(chain, self._chain, strict=True)):
-            self._chain, self._handlers = chain, {}  # an addon or a script came or went
-        handlers = self._handlers.get(event.name)
-        if handlers is None:
-            handlers = self._handlers[event.name] = [
-                (func, inspect.iscoroutinefunction(func))
-                for a in chain if callable(func := getattr(a, event.name, None))
-            ]
-        args = event.args()
-        for func, is_async in handlers:
+        for group in self._table.groups(manager, event.name):
             try:
                 with safecall():
-                    if is_async:
-                        raise exceptions.AddonManagerError(
-                            f"Async handler {event.name} ({func}) cannot be called from sync context"
-                        )
-                    func(*args)
+                    invoke_addon_sync(group, event)
             except exceptions.AddonHalt:
                 return
 
