@@ -1,6 +1,6 @@
-"""mitmproxy's hooks, dispatched by retimer's table (retimer.proxy.bridge_hooks), reach the same
-addons in the same order with the same error handling as mitmproxy's own `trigger_event`, and
-see addons come, go and change."""
+"""mitmproxy's hooks, dispatched by retimer's table (retimer.proxy.bridge_hooks), and retimer's own
+hooks (retimer.proxy.hooks.HookCaller) reach the same addons in the same order with the same error
+handling as mitmproxy's own `trigger_event` and `trigger`, and see addons come, go and change."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from mitmproxy.hooks import Hook
 from mitmproxy.test import taddons, tflow
 
 from retimer.proxy import bridge, bridge_hooks
-from retimer.proxy.hooks import RecordHook
+from retimer.proxy.hooks import HookCaller, RecordHook
 
 bridge.install()  # as every retimer process does
 
@@ -171,3 +171,56 @@ def test_a_flow_hook_and_its_update_reach_mitmproxy_addons_as_before() -> None:
         flow.request.headers["if-modified-since"] = "x"
         asyncio.run(tctx.master.addons.handle_lifecycle(HttpRequestHook(flow)))
         assert "if-modified-since" not in flow.request.headers
+
+
+# -- retimer's own hooks (HookCaller), against mitmproxy's synchronous trigger --------------------
+
+def both_ways_sync(addons: list[Any], calls: list[str], n: int = 1) -> tuple[list[str], list[str]]:
+    """What mitmproxy's synchronous `trigger` calls, then what `HookCaller` (retimer's own hooks)
+    calls, on the same chain."""
+    with taddons.context() as tctx:
+        tctx.master.addons.add(*addons)
+        tctx.master.addons.trigger(RecordHook({"n": n}))
+        theirs = list(calls)
+        calls.clear()
+        HookCaller().trigger(tctx.master.addons, RecordHook({"n": n}))
+        return theirs, list(calls)
+
+
+def test_hook_caller_the_same_addons_in_the_same_order_children_included() -> None:
+    calls: list[str] = []
+    chain = [Listener("a", calls), Silent("s"), Parent("p", [Listener("c1", calls), Silent("c2")]),
+             Listener("b", calls)]
+    theirs, ours = both_ways_sync(chain, calls)
+    assert ours == theirs == ["a:1", "c1:1", "b:1"]
+
+
+def test_hook_caller_an_addon_error_is_logged_and_the_others_still_run(caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[str] = []
+    chain = [Listener("a", calls, fail=RuntimeError("boom")), Listener("b", calls)]
+    with caplog.at_level(logging.ERROR):
+        theirs, ours = both_ways_sync(chain, calls)
+    assert ours == theirs == ["a:1", "b:1"]
+    assert sum("Addon error: boom" in r.getMessage() for r in caplog.records) == 2  # once each way
+
+
+def test_hook_caller_addon_halt_stops_the_rest() -> None:
+    calls: list[str] = []
+    chain = [Listener("a", calls, fail=exceptions.AddonHalt()), Listener("b", calls)]
+    theirs, ours = both_ways_sync(chain, calls)
+    assert ours == theirs == ["a:1"]
+
+
+def test_hook_caller_an_addon_added_or_removed_later_is_seen() -> None:
+    calls: list[str] = []
+    caller = HookCaller()
+    with taddons.context() as tctx:
+        manager = tctx.master.addons
+        manager.add(Listener("a", calls))
+        caller.trigger(manager, RecordHook({"n": 1}))
+        late = Listener("late", calls)
+        manager.add(late)
+        caller.trigger(manager, RecordHook({"n": 2}))
+        manager.remove(late)
+        caller.trigger(manager, RecordHook({"n": 3}))
+    assert calls == ["a:1", "a:2", "late:2", "a:3"]
