@@ -3,9 +3,10 @@
 Why: the scaling benchmark runs the client on the same cores as the proxy it measures, so every
 microsecond the client spends per read is taken from the proxy. httpx's async client costs
 far more per read than the proxy's share allows at 10,000 events/s; here a read costs one
-timestamp and one list append (an `asyncio.Protocol`), and the HTTP/1.1 response (chunked
-framing included) is parsed with h11 after the stream ended, each body piece keeping the time
-of the read that completed it: the same `(time, bytes)` reads bench/client.py's httpx path
+timestamp and one list append (an `asyncio.Protocol`), and the HTTP/1.1 responses (chunked
+framing included) are parsed with h11 after every stream ended (parsing one as it ends would
+stall this loop, and so delay the timestamps of the reads of streams still playing), each body
+piece keeping the time of the read that completed it: the same `(time, bytes)` reads bench/client.py's httpx path
 gives, so bench.client builds the same results from them.
 
 Only plain-HTTP upstreams through a forward proxy (absolute-form targets), or direct.
@@ -125,17 +126,15 @@ async def connect(proxy: str | None, spec: dict[str, Any], timeout: float) -> St
 
 
 async def one_stream(stream: Stream, proxied: bool, spec: dict[str, Any], timeout: float
-                     ) -> tuple[float, float, float, float, int, list[tuple[float, bytes]]]:
-    """Wait the spec's `delay`, then POST and time every read: (t_call, w_call, t_sent, t_head,
-    status, body pieces)."""
+                     ) -> tuple[float, float, list[tuple[float, bytes]]]:
+    """Wait the spec's `delay`, then POST and time every read: (t_call, w_call, the reads)."""
     transport, reads, conn = stream
     await asyncio.sleep(spec.get("delay", 0.0))
     data = request_bytes(conn, "POST", spec["url"], proxied, spec["headers"], spec["body"].encode())
     w_call, t_call = time.time(), monotonic()
     transport.write(data)
     await asyncio.wait_for(reads.done.wait(), timeout)
-    status, t_head, body = parse_response(conn, reads.take())
-    return t_call, w_call, t_call, t_head, status, body
+    return t_call, w_call, reads.take()
 
 
 async def run_concurrent(proxy: str | None, specs: list[dict[str, Any]],
@@ -143,7 +142,8 @@ async def run_concurrent(proxy: str | None, specs: list[dict[str, Any]],
                                                        list[tuple[float, bytes]]]]:
     """Every stream on its own connection, all on this one thread: every connection opened
     and warmed up first, then the requests, each after its `delay` from one common start (0:
-    all written in the same instant)."""
+    all written in the same instant). Each result: (t_call, w_call, t_sent, t_head, status,
+    body pieces)."""
     streams: list[Stream] = []
     try:
         opened = await asyncio.gather(*(connect(proxy, s, timeout) for s in specs),
@@ -152,8 +152,13 @@ async def run_concurrent(proxy: str | None, specs: list[dict[str, Any]],
         for failed in opened:
             if isinstance(failed, BaseException):
                 raise failed
-        return list(await asyncio.gather(*(one_stream(st, proxy is not None, s, timeout)
-                                           for st, s in zip(streams, specs, strict=True))))
+        played = await asyncio.gather(*(one_stream(st, proxy is not None, s, timeout)
+                                        for st, s in zip(streams, specs, strict=True)))
+        out = []
+        for (t_call, w_call, reads), (_, _, conn) in zip(played, streams, strict=True):
+            status, t_head, body = parse_response(conn, reads)
+            out.append((t_call, w_call, t_call, t_head, status, body))
+        return out
     finally:
         for transport, _, _ in streams:
             transport.close()
