@@ -20,15 +20,18 @@ from mitmproxy import ctx, exceptions, http
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile, ProfileError, base_profile_name
 from retimer.proxy.bridge import install
+from retimer.proxy.bridge_arrival import waited_s
 from retimer.proxy.flows import (
     destination_host,
     is_answer_with_body,
     is_stream_response,
     request_body,
+    request_start,
     stream_record,
 )
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import (
+    ARRIVED_KEY,
     PROFILE_KEY,
     PROMPT_KEY,
     STREAM_KEY,
@@ -89,6 +92,7 @@ class Retimer:
         self.holding_whole = 0  # non-streaming responses being held right now
         self.hooks = HookCaller()  # retimer's own hooks, to the addons that have them
         self.full_passes = FullPasses()  # full GC passes run only while nothing plays
+        self.proxyserver: Any = None  # mitmproxy's, once running: where a request's socket is found
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -163,6 +167,7 @@ class Retimer:
         # Everything loaded so far lives for the whole run: keep it out of GC passes, and make
         # full passes only while nothing plays (they pause emission for tens of milliseconds).
         self.full_passes.start()
+        self.proxyserver = ctx.master.addons.get("proxyserver")
 
     def done(self) -> None:
         # streams still in flight when the proxy stops get their record too (outcome shutdown)
@@ -189,6 +194,9 @@ class Retimer:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.last_request = time.monotonic()
+        waited = waited_s(self.proxyserver, flow.client_conn)
+        if waited:  # the request sat in the socket while the loop was busy: TTFT counts from its arrival
+            flow.metadata[ARRIVED_KEY] = time.time() - waited
 
     async def response(self, flow: http.HTTPFlow) -> None:
         """Hold a whole (non-streaming) LLM response until the profile would have finished it."""
@@ -207,7 +215,7 @@ class Retimer:
         line = timing_line(response.get_content(strict=False) or b"")
         if line is None:
             return
-        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        start = time.monotonic() - max(0.0, time.time() - request_start(flow))
         pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start, flow=flow)
         now = time.monotonic()
         pacer.feed(line, now)
@@ -286,7 +294,7 @@ class Retimer:
         # a passthrough body goes as it came, encoding and framing included (the bridge counts it)
         if not self.profile_for(flow).passthrough:
             _reframe(response, request.http_version)
-        start = time.monotonic() - max(0.0, time.time() - request.timestamp_start)
+        start = time.monotonic() - max(0.0, time.time() - request_start(flow))
         pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
         self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, pacer))

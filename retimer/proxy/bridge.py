@@ -38,7 +38,7 @@ from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import websocket as ws_layer
 
-from retimer.proxy import bridge_direct, bridge_hooks, bridge_timers
+from retimer.proxy import bridge_arrival, bridge_direct, bridge_hooks, bridge_timers
 from retimer.proxy.bridge_flow import DoneCallback, PacedFlow, Settings, server_error, upstream_gone
 from retimer.proxy.bridge_timers import PacingWakeup
 from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
@@ -82,6 +82,7 @@ def check_internals() -> None:
         **bridge_timers.NEEDED,
         **bridge_direct.NEEDED,
         **bridge_hooks.NEEDED,
+        **bridge_arrival.NEEDED,
     }
     missing = [name for name, value in needed.items() if value is None]
     if missing:

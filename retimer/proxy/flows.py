@@ -15,7 +15,7 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ReverseMode
 
 from retimer.profile.model import Profile
-from retimer.proxy.hooks import CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
+from retimer.proxy.hooks import ARRIVED_KEY, CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.media import is_streamed
@@ -67,11 +67,20 @@ def is_answer_with_body(flow: http.HTTPFlow) -> bool:
     )
 
 
+def request_start(flow: http.HTTPFlow) -> float:
+    """When the request began (epoch seconds): when mitmproxy read its first bytes, or, when
+    the kernel says they arrived earlier (retimer.proxy.bridge_arrival: they waited for a
+    busy event loop), then. TTFT and the record's time count from here."""
+    arrived = flow.metadata.get(ARRIVED_KEY)
+    started = flow.request.timestamp_start
+    return min(started, arrived) if isinstance(arrived, float) else started
+
+
 def _started(flow: http.HTTPFlow, pacer: StreamPacer) -> float:
     """When the stream began (epoch seconds): its request, or for a WebSocket turn the client
     message that opened it (every turn of a socket shares the handshake's request)."""
     if flow.websocket is None:
-        return flow.request.timestamp_start
+        return request_start(flow)
     return time.time() - (time.monotonic() - pacer.stats.start)
 
 

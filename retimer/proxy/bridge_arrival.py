@@ -1,0 +1,58 @@
+"""When a request's bytes reached this machine, by the kernel's clock: TTFT counts from there.
+
+Why (BENCHMARKS.md, "Scaling"): a request waits in its socket's receive queue until the
+worker's event loop gets to it. mitmproxy stamps `request.timestamp_start` when it reads the
+first bytes, so under a burst (200 requests sent in one instant: the last ones are read ~100 ms
+late) the profile's TTFT started that wait late, and the client felt TTFT plus the wait.
+Linux keeps, for every TCP socket, when its latest data segment arrived (`tcpi_last_data_recv`
+of `TCP_INFO`: milliseconds since, counted in kernel ticks). Read as soon as the request's
+headers are parsed, the latest data is this request's own (or a later part of its body, or of
+another HTTP/2 stream: later still), so `now - age` is never before the request truly arrived,
+once one tick (up to 10 ms) is taken off the age. Elsewhere (other systems, UDP, a connection
+the proxy server does not list) nothing is known and the clock starts at mitmproxy's stamp.
+
+Part of the bridge: reads mitmproxy's connection handlers (`Proxyserver.connections`,
+`ConnectionHandler.transports`), so it is one of the modules allowed on its internals.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import sys
+from typing import Any
+
+from mitmproxy.addons.proxyserver import Proxyserver
+from mitmproxy.proxy.server import ConnectionHandler
+
+TICK_S = 0.010  # the coarsest kernel tick (HZ=100): an age in ticks may be one tick too long
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform == "linux" else None
+_LAST_DATA_RECV = struct.Struct("=I")  # u32 ms, at byte 52 of struct tcp_info (linux/tcp.h)
+_LAST_DATA_RECV_AT = 52
+_TCP_INFO_LEN = 104
+
+
+def waited_s(proxyserver: Any, client_conn: Any) -> float:
+    """Seconds the client's latest bytes surely waited between reaching the kernel and now
+    (0.0 when not known, or under a tick)."""
+    if _TCP_INFO is None or proxyserver is None:
+        return 0.0
+    handler = proxyserver.connections.get(client_conn.id)
+    io = handler.transports.get(client_conn) if isinstance(handler, ConnectionHandler) else None
+    sock = io.writer.get_extra_info("socket") if io is not None and io.writer is not None else None
+    if sock is None or sock.type != socket.SOCK_STREAM:
+        return 0.0
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, _TCP_INFO_LEN)
+    except OSError:
+        return 0.0
+    if len(info) < _LAST_DATA_RECV_AT + _LAST_DATA_RECV.size:
+        return 0.0
+    (age_ms,) = _LAST_DATA_RECV.unpack_from(info, _LAST_DATA_RECV_AT)
+    return max(0.0, age_ms / 1000 - TICK_S)
+
+
+NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
+    "Proxyserver.connections": "connections" in getattr(Proxyserver, "__annotations__", {}) or None,
+    "ConnectionHandler.transports": "transports" in getattr(ConnectionHandler, "__annotations__", {}) or None,
+}
