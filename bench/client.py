@@ -16,7 +16,9 @@ Jobs:
 Sequential streams and GETs reuse one keep-alive connection per proxy across jobs.
 
 With "raw" (concurrent only, plain-http upstreams), the streams run on raw sockets
-(bench.rawclient) instead of httpx: the same results for far less of the client's CPU.
+(bench.rawclient) instead of httpx, on uvloop's event loop where it is installed (libuv reads
+cost the client a fifth less CPU than asyncio's selector loop, BENCHMARKS.md "Scaling"): the
+same results for far less of the client's CPU.
 
 Only the read loop runs while a stream is being timed: SSE parsing and token counting happen
 after the response ends, and the garbage collector is off during a stream, so the client's own
@@ -40,6 +42,11 @@ from retimer.wire.tokenizer import split_tokens
 
 monotonic = time.monotonic
 TIMEOUT = httpx.Timeout(120.0)
+try:  # the cheapest event loop for the raw client, where it is installed
+    from uvloop import run as raw_loop_run
+except ImportError:  # pragma: no cover - uvloop is in the test extra
+    raw_loop_run = asyncio.run
+RAW_LOOP = "uvloop" if raw_loop_run is not asyncio.run else "asyncio"
 
 
 def event_text(data: bytes) -> str:
@@ -199,7 +206,7 @@ def run_streams(job: dict[str, Any]) -> dict[str, Any]:
         gc.disable()
         try:
             if job.get("raw"):
-                return {"streams": asyncio.run(_concurrent_raw(job["proxy"], specs))}
+                return {"streams": raw_loop_run(_concurrent_raw(job["proxy"], specs))}
             return {"streams": asyncio.run(_concurrent(job["proxy"], specs))}
         finally:
             gc.enable()

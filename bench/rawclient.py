@@ -37,8 +37,7 @@ class Reads(asyncio.Protocol):
         self.whole = False  # wake on every read (an untimed response of any framing)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # asyncio's, or uvloop's TCPTransport
 
     def data_received(self, data: bytes) -> None:
         self.reads.append((monotonic(), data))

@@ -7,7 +7,8 @@ started within 1 s, and for streams sent in the same instant, client lateness, f
 error, the proxy's CPU per event (parent and workers), and what the load generator, the
 upstream and each core used meanwhile. The two proxies run for the whole benchmark and take
 turns, row by row, the order alternating. The client is bench.rawclient (raw sockets, one
-asyncio thread), the cheapest generator bench has, since it shares the proxy's cores.
+thread, on uvloop where installed), the cheapest generator bench has, since it shares the
+proxy's cores.
 
 Writes bench/results/scaling-<time>[-quick].json and scaling-latest.{json,md} (or --results
 DIR) and prints the tables (bench.scaling_report). Nothing here asserts timing.
@@ -30,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from bench.analysis import cpu_while_streaming, summarize_fidelity
+from bench.client import RAW_LOOP
 from bench.harness import (
     Client,
     FakeLLM,
@@ -251,7 +253,7 @@ def main() -> None:
     t0 = time.monotonic()
     res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
                            "seed": args.seed, "machine": machine(), "plan": asdict(plan),
-                           "client": "httpx" if args.httpx else "raw sockets"}
+                           "client": "httpx" if args.httpx else f"raw sockets, {RAW_LOOP}"}
     with tempfile.TemporaryDirectory(prefix="retimer-scaling-") as td:
         res["rows"] = measure(plan, args.seed, Path(td), raw=not args.httpx)
     res["duration_s"] = time.monotonic() - t0
