@@ -28,7 +28,7 @@ CACHE_KEY = "retimer_cache"  # ResponseCache: "hit" | "miss" | "stored" (also a 
 CACHE_ENTRY_KEY = "retimer_cache_key"  # ResponseCache: the request's cache key
 CACHE_TOKEN_KEY = "retimer_cache_token"  # ResponseCache: the replay server's token of a hit
 STUDY_LINK_KEY = "retimer_study_link"  # Study: (link kind, conversation key) the response may name
-ARRIVED_KEY = "retimer_arrived"  # Retimer: epoch time the request's bytes reached the kernel, when earlier than mitmproxy read them
+ARRIVED_KEY = "retimer_arrived"  # Retimer: when the request reached the kernel (epoch s), if before mitmproxy read it
 PROMPT_KEY = "retimer_prompt_tokens"  # Retimer: a passthrough stream's (prompt tokens, cached tokens)
 
 
