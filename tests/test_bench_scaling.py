@@ -106,3 +106,15 @@ def test_quick_run_drives_one_and_two_workers_and_every_stream_arrives_whole(tmp
         assert set(r["cpu"]) >= {"proxy", "client", "upstream", "core0"}
         assert r["cpu_us_per_event"] > 0
     assert render(res) == (tmp_path / "scaling-latest.md").read_text()
+
+
+def test_the_timeline_buckets_each_tokens_lateness_by_half_second_since_the_first_request() -> None:
+    from bench.timeline import timeline
+
+    results = [{"t_sent": 10.0, "events": [(10.1, 1), (10.6, 1), (10.7, 1)]},
+               {"t_sent": 10.2, "events": [(10.3, 1), (11.2, 1)]}]
+    analysed = [{"late_ms": [1.0, 7.0, 3.0]}, {"late_ms": [2.0, 9.0]}]
+    rows = timeline(results, analysed)
+    assert [(lo, n) for lo, n, *_ in rows] == [(0.0, 2), (0.5, 2), (1.0, 1)]
+    assert rows[0][4] == 2.0 and rows[1][4] == 7.0 and rows[2][4] == 9.0  # the max of each
+    assert [over for *_, over in rows] == [0.0, 0.5, 1.0]  # the share over 5 ms
