@@ -111,3 +111,10 @@ def test_no_socket_no_correction() -> None:
 
     assert bridge_arrival.waited_s(Server(), Conn()) == 0.0
     assert bridge_arrival.waited_s(None, Conn()) == 0.0
+
+
+@linux_only
+def test_the_kernel_tick_is_measured_and_never_coarser_than_the_coarsest() -> None:
+    """The tick taken off a measured age: what this kernel counts in (1-10 ms), seen on loopback."""
+    tick = bridge_arrival.kernel_tick_s()
+    assert 0.001 <= tick <= bridge_arrival.TICK_S

@@ -20,7 +20,7 @@ from mitmproxy import ctx, exceptions, http
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile, ProfileError, base_profile_name
 from retimer.proxy.bridge import install
-from retimer.proxy.bridge_arrival import waited_s
+from retimer.proxy.bridge_arrival import TICK_S, kernel_tick_s, waited_s
 from retimer.proxy.flows import (
     destination_host,
     is_answer_with_body,
@@ -93,6 +93,7 @@ class Retimer:
         self.hooks = HookCaller()  # retimer's own hooks, to the addons that have them
         self.full_passes = FullPasses()  # full GC passes run only while nothing plays
         self.proxyserver: Any = None  # mitmproxy's, once running: where a request's socket is found
+        self.kernel_tick = TICK_S  # how coarsely the kernel times a request's arrival (measured when running)
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -168,6 +169,7 @@ class Retimer:
         # full passes only while nothing plays (they pause emission for tens of milliseconds).
         self.full_passes.start()
         self.proxyserver = ctx.master.addons.get("proxyserver")
+        self.kernel_tick = kernel_tick_s()
 
     def done(self) -> None:
         # streams still in flight when the proxy stops get their record too (outcome shutdown)
@@ -194,7 +196,7 @@ class Retimer:
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
         self.last_request = time.monotonic()
-        waited = waited_s(self.proxyserver, flow.client_conn)
+        waited = waited_s(self.proxyserver, flow.client_conn, self.kernel_tick)
         if waited:  # the request sat in the socket while the loop was busy: TTFT counts from its arrival
             flow.metadata[ARRIVED_KEY] = time.time() - waited
 
