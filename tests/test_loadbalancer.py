@@ -196,6 +196,34 @@ def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_
     assert all(_retimed(r) for r in from_a + from_b)
 
 
+def test_instances_with_workers_behind_haproxy_retime_every_stream(tmp_path: Path) -> None:
+    """Two `--workers 2` instances (four processes, one confdir) behind HAProxy in reverse mode:
+    every stream re-timed, each record names its worker, and no (worker, stream) repeats."""
+    with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
+        a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet", "--workers", "2",
+                             confdir=tmp_path / "confdir") for name in "ab")
+        _both([a, b])
+        try:
+            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
+                def stream(i: int) -> str:
+                    return _chat(openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse"), i)
+
+                with ThreadPoolExecutor(6) as pool:
+                    assert list(pool.map(stream, range(16))) == [TEXT] * 16
+                _wait_records([a.log_path, b.log_path], 16)
+        finally:
+            a.stop()
+            b.stop()
+    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    assert from_a and from_b and len(from_a) + len(from_b) == 16
+    assert all(_retimed(r) for r in from_a + from_b)
+    for records in (from_a, from_b):
+        assert {r["worker"] for r in records} <= {1, 2}
+        assert len({(r["worker"], r["stream"]) for r in records}) == len(records)
+    for proxy in (a, b):
+        assert "Traceback" not in proxy.stderr()
+
+
 def _make_ca_counting(confdir: str, start: multiprocessing.synchronize.Barrier,
                       out: multiprocessing.Queue) -> None:
     """ensure_ca in a process started with the others; says "made" for each CA it creates,
