@@ -174,10 +174,12 @@ def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_th
         assert "Traceback" not in proxy.stderr()
 
 
-@pytest.mark.parametrize("balance", ["roundrobin", "leastconn"])
-def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_path: Path, balance: str) -> None:
+def _reverse_through_haproxy(tmp_path: Path, n: int, *extra: str, balance: str = "roundrobin"
+                             ) -> tuple[list[RetimerProxy], list[dict], list[dict]]:
+    """`n` streamed chats (6 at a time, a connection each) through HAProxy to two reverse-mode
+    instances sharing a confdir: the instances and each one's records, every stream whole."""
     with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
-        a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet",
+        a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet", *extra,
                              confdir=tmp_path / "confdir") for name in "ab")
         _both([a, b])
         try:
@@ -186,12 +188,17 @@ def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_
                     return _chat(openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse"), i)
 
                 with ThreadPoolExecutor(6) as pool:
-                    assert list(pool.map(stream, range(12))) == [TEXT] * 12
-                _wait_records([a.log_path, b.log_path], 12)
+                    assert list(pool.map(stream, range(n))) == [TEXT] * n
+                _wait_records([a.log_path, b.log_path], n)
         finally:
             a.stop()
             b.stop()
-    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    return [a, b], _records(a.log_path), _records(b.log_path)
+
+
+@pytest.mark.parametrize("balance", ["roundrobin", "leastconn"])
+def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_path: Path, balance: str) -> None:
+    _, from_a, from_b = _reverse_through_haproxy(tmp_path, 12, balance=balance)
     assert from_a and from_b and len(from_a) + len(from_b) == 12
     assert all(_retimed(r) for r in from_a + from_b)
 
@@ -199,28 +206,13 @@ def test_reverse_mode_clients_through_haproxy_are_retimed_by_both_instances(tmp_
 def test_instances_with_workers_behind_haproxy_retime_every_stream(tmp_path: Path) -> None:
     """Two `--workers 2` instances (four processes, one confdir) behind HAProxy in reverse mode:
     every stream re-timed, each record names its worker, and no (worker, stream) repeats."""
-    with FakeLLM(make_openai_stream(TEXT), bursts=3) as plain:
-        a, b = (RetimerProxy(tmp_path / name, "--upstream", plain.url, *PACED, "--quiet", "--workers", "2",
-                             confdir=tmp_path / "confdir") for name in "ab")
-        _both([a, b])
-        try:
-            with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
-                def stream(i: int) -> str:
-                    return _chat(openai.OpenAI(base_url=balancer.url + "/v1", api_key="sk-reverse"), i)
-
-                with ThreadPoolExecutor(6) as pool:
-                    assert list(pool.map(stream, range(16))) == [TEXT] * 16
-                _wait_records([a.log_path, b.log_path], 16)
-        finally:
-            a.stop()
-            b.stop()
-    from_a, from_b = _records(a.log_path), _records(b.log_path)
+    proxies, from_a, from_b = _reverse_through_haproxy(tmp_path, 16, "--workers", "2")
     assert from_a and from_b and len(from_a) + len(from_b) == 16
     assert all(_retimed(r) for r in from_a + from_b)
     for records in (from_a, from_b):
         assert {r["worker"] for r in records} <= {1, 2}
         assert len({(r["worker"], r["stream"]) for r in records}) == len(records)
-    for proxy in (a, b):
+    for proxy in proxies:
         assert "Traceback" not in proxy.stderr()
 
 
