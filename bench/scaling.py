@@ -160,10 +160,11 @@ class Proxy:
 
 
 def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, tokens: int,
-            seed: int, rng: random.Random, raw: bool = True, idle: list[int] | None = None
-            ) -> dict[str, Any]:
+            seed: int, rng: random.Random, raw: bool = True, idle: list[int] | None = None,
+            streams: dict[str, Any] | None = None) -> dict[str, Any]:
     """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU (also
-    of the `idle` processes: the other proxy, waiting its turn)."""
+    of the `idle` processes: the other proxy, waiting its turn). `streams`, if given, gets the
+    client's results and each stream's analysis (bench.timeline)."""
     profile = build_profile(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0")
     set_text(fake, tokens, seed + 3)
     tag = f"w{proxy.workers}-n{n}-s{spread:g}"
@@ -175,6 +176,8 @@ def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, 
     with Usage(pids) as usage:
         results = client.streams(proxy.proxy.url, specs, concurrent=True, raw=raw)
     analysed = analyse(specs, results, proxy.proxy, profile, seed, earlier=proxy.records)
+    if streams is not None:
+        streams.update(results=results, analysed=analysed)
     proxy.records += n
     records = proxy.proxy.records(proxy.records, timeout=30)
     fake.clear()

@@ -53,16 +53,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="runs of the row, one proxy")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args()
-    captured: dict[str, Any] = {}
-    analyse = scaling.analyse
-
-    def keep(specs: list[dict[str, Any]], results: list[dict[str, Any]], *rest: Any,
-             **kw: Any) -> list[dict[str, Any]]:
-        captured["results"] = results
-        captured["analysed"] = analysed = analyse(specs, results, *rest, **kw)
-        return analysed
-
-    scaling.analyse = keep  # run_row's own analysis, kept for the timeline
+    captured: dict[str, Any] = {}  # run_row's results and analysis, for the timeline
     with tempfile.TemporaryDirectory(prefix="retimer-timeline-") as td, \
             FakeLLM(bursts=3) as fake, Client() as client:
         fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
@@ -71,7 +62,7 @@ def main() -> None:
             for k in range(args.repeat):
                 cpu0 = [sum(cpu_seconds(p) for p in proxy.pids["proxy"]), cpu_seconds(client.proc.pid)]
                 row = scaling.run_row(client, fake, proxy, args.streams, args.spread, args.tokens,
-                                      args.seed, random.Random(k))
+                                      args.seed, random.Random(k), streams=captured)
                 cpu = [sum(cpu_seconds(p) for p in proxy.pids["proxy"]) - cpu0[0],
                        cpu_seconds(client.proc.pid) - cpu0[1]]
                 late, ttft = row["late_client_ms"], row["client_ttft_err_p"]
