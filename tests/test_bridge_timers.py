@@ -130,3 +130,56 @@ def test_a_failing_direct_write_is_logged_and_the_stream_goes_on_through_mitmpro
     assert direct > 100 and written == 0  # every wake after the failure went through mitmproxy
     failures = [r for r in caplog.records if "direct write failed" in r.getMessage()]
     assert len(failures) == 1
+
+
+@pytest.mark.parametrize("client", ["http1", "http1-in-connect", "h2-in-connect"])
+def test_passthrough_chunks_are_written_by_the_bridge(tmp_path: Path, client: str) -> None:
+    """A passthrough stream's body chunks go to the client by the bridge's direct write, each
+    as it arrives: the client gets the upstream's bytes unchanged, and the record counts them."""
+    h2 = client == "h2-in-connect"
+    tls = client.endswith("-in-connect")
+    body = make_openai_stream(WORDS, words_per_chunk=4)
+    with FakeLLM(body, bursts=1, per_event_gap=0.002, tls=tls) as fake:
+        extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if tls else ()
+        with InProcessProxy(tmp_path, "--profile", "passthrough", *extra) as proxy:
+            bridge = proxy.addon.bridge
+            before = proxy.call(lambda: bridge.passed_directly)
+            if tls:
+                ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT) if h2 else ssl.create_default_context()
+                ctx.load_verify_locations(proxy.confdir / "mitmproxy-ca-cert.pem")
+                http = httpx.Client(proxy=proxy.url, verify=ctx, http2=h2)
+            else:
+                http = httpx.Client(proxy=proxy.url)
+            with http, http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
+                assert r.http_version == ("HTTP/2" if h2 else "HTTP/1.1")
+                got = b"".join(r.iter_raw())
+            (record,) = proxy.records(1, timeout=5)
+            passed = proxy.call(lambda: bridge.passed_directly) - before
+    assert got == body  # the upstream's bytes, unchanged
+    assert record["outcome"] == "complete"
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 100
+    events = body.count(b"\n\n")
+    assert passed >= events - 2  # one write per upstream event (the first may come with the head)
+
+
+def test_a_failing_passthrough_direct_write_is_logged_and_the_stream_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from retimer.proxy import bridge_direct
+
+    monkeypatch.setattr(bridge_direct, "client_writer", lambda stream, handler: _BrokenWriter())
+    body = make_openai_stream(WORDS, words_per_chunk=4)
+    with FakeLLM(body, bursts=1, per_event_gap=0.002) as fake:
+        with InProcessProxy(tmp_path, "--profile", "passthrough") as proxy:
+            bridge = proxy.addon.bridge
+            before = proxy.call(lambda: bridge.passed_directly)
+            with httpx.Client(proxy=proxy.url) as http, \
+                    http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
+                got = b"".join(r.iter_raw())
+            (record,) = proxy.records(1, timeout=5)
+            passed = proxy.call(lambda: bridge.passed_directly) - before
+    assert got == body
+    assert record["outcome"] == "complete"
+    assert passed == 0
+    failures = [r for r in caplog.records if "direct write failed" in r.getMessage()]
+    assert len(failures) == 1

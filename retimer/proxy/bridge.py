@@ -8,7 +8,9 @@ stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)`
 `RequestWakeup` we asked for comes back as `Wakeup` (after a stream's first, the bridge's own
 loop timers deliver them: bridge_timers, and the bridge then frames, encrypts and writes the
 bytes itself, HTTP/1 or h2: bridge_direct), and `ResponseEndOfMessage` is held until the last
-byte is out. The real flow and upstream connection stay intact (mitmweb shows them).
+byte is out. A passthrough stream's chunks are only counted, and go on as they come, written
+by the bridge too where it can (`_pass_directly`). The real flow and upstream connection stay
+intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
 which holds the paced streams and what they hold. WebSocket messages are paced with public
 hooks; the server's later events wait behind held messages (`WebSocketOrder`, in
@@ -134,6 +136,10 @@ class PacingBridge:
         self._original_http = original_http
         self.websockets = WebSocketOrder(original_websocket)
         self.timers: bridge_timers.DirectTimers | None = None  # set by install()
+        # mitmproxy's Proxyserver addon, set by the addon once running: where a passthrough
+        # stream's connection handler is found, for its direct writes
+        self.proxyserver: Any = None
+        self.passed_directly = 0  # passthrough body chunks the bridge wrote itself
 
     # -- what the addons, tests and bench use ------------------------------------------------
     def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
@@ -172,6 +178,7 @@ class PacingBridge:
         draining, no stream; call only while no proxy runs."""
         self.settings = Settings()
         self.draining = False
+        self.proxyserver = None
         self._buffered = 0
         self._paced.clear()
         self.websockets.clear()
@@ -220,9 +227,10 @@ class PacingBridge:
             yield from self._original_http(stream, event)
 
     def _count(self, stream: Any, paced: PacedFlow, event: events.Event) -> Generator[commands.Command, Any, None]:
-        """A passthrough stream: mitmproxy's own streaming sends every byte as it comes; the
-        pacer keeps them with their arrival times and counts them at most every COUNT_EVERY_S
-        (the live view's pace) and at the end, for its record."""
+        """A passthrough stream: every byte goes on as it comes (written by the bridge itself
+        where `bridge_direct` can, else by mitmproxy's own streaming); the pacer keeps them with
+        their arrival times and counts them at most every COUNT_EVERY_S (the live view's pace)
+        and at the end, for its record."""
         pacer = paced.pacer
         streaming = stream.server_state == stream.state_stream_response_body
         if isinstance(event, ResponseData) and streaming:
@@ -232,6 +240,9 @@ class PacingBridge:
                 pacer.tally()
                 paced.tallied = now
                 self._warn_once(stream, paced)
+            if paced.direct is not False and self._pass_directly(stream, paced, event.data):
+                self.passed_directly += 1
+                return
         elif isinstance(event, ResponseEndOfMessage) and streaming:
             pacer.finish(time.monotonic())
             if pacer.broken is None:
@@ -249,6 +260,28 @@ class PacingBridge:
         elif isinstance(event, RequestProtocolError):
             self._finish(paced, "client-gone")
         yield from self._original_http(stream, event)
+
+    def _pass_directly(self, stream: Any, paced: PacedFlow, data: bytes) -> bool:
+        """Send a passthrough stream's body chunk to its client as mitmproxy's HttpStream would,
+        without its layers (`bridge_direct`); False: send it the ordinary way (no writer for
+        this connection, an addon's stream callable, a client going away, an empty chunk)."""
+        try:
+            if paced.direct is None:
+                handler = bridge_direct.connection_handler(self.proxyserver, stream.context.client)
+                paced.direct = handler is not None and bridge_direct.client_writer(stream, handler) or False
+            out = paced.direct
+            if not out or not data or stream.flow.response.stream is not True or not out.ready:
+                return False
+            out.write(data)
+        except Exception:  # a bug here must not cost the stream: it goes on the ordinary way
+            logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
+            paced.direct = False
+            return False
+        if paced.keep_body is None:  # an option read costs a deepcopy: once per stream
+            paced.keep_body = bool(stream.context.options.store_streamed_bodies)
+        if paced.keep_body:
+            stream.response_body_buf += data
+        return True
 
     def _end_broken(
         self, stream: Any, paced: PacedFlow, now: float, error: Any

@@ -24,8 +24,9 @@ import sys
 import time
 from typing import Any
 
-from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy.server import ConnectionHandler
+
+from retimer.proxy.bridge_direct import connection_handler
 
 TICK_S = 0.010  # the coarsest kernel tick (HZ=100): an age in ticks may be one tick too long
 TICK_WAIT_S = 0.05  # how long kernel_tick_s waits to see the clock tick
@@ -62,8 +63,8 @@ def waited_s(proxyserver: Any, client_conn: Any, tick_s: float = TICK_S) -> floa
     (0.0 when not known, or under a tick of `tick_s`)."""
     if _TCP_INFO is None or proxyserver is None:
         return 0.0
-    handler = proxyserver.connections.get(client_conn.id)
-    io = handler.transports.get(client_conn) if isinstance(handler, ConnectionHandler) else None
+    handler = connection_handler(proxyserver, client_conn)
+    io = handler.transports.get(client_conn) if handler is not None else None
     sock = io.writer.get_extra_info("socket") if io is not None and io.writer is not None else None
     if sock is None or sock.type != socket.SOCK_STREAM:
         return 0.0
@@ -78,6 +79,5 @@ def waited_s(proxyserver: Any, client_conn: Any, tick_s: float = TICK_S) -> floa
 
 
 NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
-    "Proxyserver.connections": "connections" in getattr(Proxyserver, "__annotations__", {}) or None,
     "ConnectionHandler.transports": "transports" in getattr(ConnectionHandler, "__annotations__", {}) or None,
 }

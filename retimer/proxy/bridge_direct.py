@@ -1,4 +1,5 @@
-"""The pacing bridge's direct writes: a paced stream's timed bytes straight to its client.
+"""The pacing bridge's direct writes: a paced stream's timed bytes (and a passthrough stream's
+chunks, as they arrive) straight to its client.
 
 Why (BENCHMARKS.md, "CPU per event"): through mitmproxy, every timed write is a `Wakeup` sent
 down the connection's layer stack to the stream and a `SendHttp` sent back up through the HTTP
@@ -13,7 +14,10 @@ TLS object as the TLS layer does; write to the handler's transport; note the act
 idle watchdog. It is only used where the stack holds nothing else that could touch the
 client's bytes (`client_writer` checks every layer); HTTP/3, unknown layers, a closing transport
 or h2 stream, the end of a stream and every error take the ordinary way. Both ways write
-synchronously on the one event loop, so their bytes never interleave out of order.
+synchronously on the one event loop, so their bytes never interleave out of order. A
+passthrough chunk is written while mitmproxy handles the upstream's read, so the handler's
+`drain_writers` after it keeps the backpressure of the ordinary way (`connection_handler`
+finds the handler, as the stream has no wakeup to name it).
 Part of the bridge: one of the modules allowed on mitmproxy's internals.
 """
 
@@ -23,6 +27,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from mitmproxy.addons.proxyserver import Proxyserver
 from mitmproxy.proxy import layer as layer_mod
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import modes, tls
@@ -113,6 +118,15 @@ def client_writer(stream: Any, handler: Any) -> ClientWriter | None:
     return ClientWriter(io.writer, ssl_conn, *frame_is_open, handler.timeout_watchdog)
 
 
+def connection_handler(proxyserver: Any, client_conn: Any) -> ConnectionHandler | None:
+    """The connection handler serving `client_conn` in `proxyserver` (mitmproxy's Proxyserver
+    addon), or None when it does not list it."""
+    if proxyserver is None:
+        return None
+    handler = proxyserver.connections.get(client_conn.id)
+    return handler if isinstance(handler, ConnectionHandler) and handler.client is client_conn else None
+
+
 def _framing(conn: Any, stream_id: int) -> tuple[Callable[[bytes], bytes], Callable[[], bool]] | None:
     """How the client's HTTP connection layer frames a body chunk of `stream_id`, and whether
     the stream is still open for it; None for any other connection (HTTP/3) or state."""
@@ -142,6 +156,8 @@ def _annotated(cls: type, name: str) -> bool | None:
 
 
 NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
+    "Proxyserver.connections": "connections" in getattr(Proxyserver, "__annotations__", {}) or None,
+    "ConnectionHandler.client": _annotated(ConnectionHandler, "client"),
     "Http1Server.response": _annotated(Http1Server, "response"),
     "Http1Server.stream_id": _annotated(Http1Server, "stream_id"),
     "Http2Server.h2_conn": _annotated(Http2Server, "h2_conn"),
