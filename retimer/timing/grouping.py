@@ -100,14 +100,15 @@ class EventGrouper:
         arrival = now
         if not_before is not None:
             now = max(now, not_before)
-        if not event.texts or not event.text:
+        text = event.text if event.texts else ""
+        if not text:
             self._close_open()
             self._outbox.push(Emission(max(now, self._outbox.last_due), event.raw, 0, None))
             return
         channel = event.texts[0][0]
         if channel is Channel.REASONING and not self.scheduler.started:
             self._visible_reasoning()
-        tokens = split_tokens(event.text)
+        tokens = split_tokens(text)
         self.stats.upstream_tokens(arrival, len(tokens), channel)
         if self.passthrough or not event.splittable:
             self._close_open()

@@ -162,45 +162,52 @@ class StreamPacer(EventGrouper):
         the pieces of a split event (one network event at a time), the events parsed, the
         bytes (a slice at a time), then, after the upstream ended, the adapter's end."""
         backlog, outbox = self._backlog, self._outbox
+        events = backlog.events
         # a BROKEN body still gets what was decoded before the break (at once, it would have)
         while outbox.horizon <= until or (queued and not outbox.pending):
-            if backlog.split is not None:
-                self._read(self._split_step, backlog.split.arrival)
-            elif backlog.events:
-                event, arrival = backlog.events.popleft()
-                self._read(self._accept, arrival, event, arrival)
-            elif backlog:
-                if slices is not None:
-                    if slices == 0:
-                        break  # the budget is spent; the adapter's end waits for its bytes
-                    slices -= 1
-                data, arrival = backlog.take()
-                self._read(self._feed_adapter, arrival, data, arrival)
-            elif backlog.end_at is not None and self.state is PacerState.PACING:
-                end, backlog.end_at = backlog.end_at, None
-                self._read(self._end_adapter, end, end)
-            else:
-                break
+            arrival = None
+            try:  # each step calls the adapter: see `_failed`
+                if backlog.split is not None:
+                    arrival = backlog.split.arrival
+                    self._split_step()
+                elif events:
+                    event, arrival = events.popleft()
+                    self._accept(event, arrival)
+                elif backlog:
+                    if slices is not None:
+                        if slices == 0:
+                            break  # the budget is spent; the adapter's end waits for its bytes
+                        slices -= 1
+                    data, arrival = backlog.take()
+                    events.extend((event, arrival) for event in self.adapter.feed(data))
+                elif backlog.end_at is not None and self.state is PacerState.PACING:
+                    arrival, backlog.end_at = backlog.end_at, None
+                    self._end_adapter(arrival)
+                else:
+                    break
+            except Exception as e:
+                self._failed(e, arrival)
         if self.state is not PacerState.PACING:
             backlog.end_at = None  # nothing left to parse: the adapter's end is moot
         if self._ended and backlog.end_at is None and backlog.drained:
             self._close_open()  # the upstream's end closes the last network event
 
-    def _read(self, step: Callable[..., None], now: float, *args: object) -> None:
-        """Run `step`, which calls the adapter. If the adapter fails, parsing stops and the
-        client gets the bytes unchanged; a failure that is not the expected kind is a bug,
-        logged with its traceback."""
+    def _read(self, step: Callable[[], None], now: float) -> None:
+        """Run `step`, which calls the adapter, as `_pump` runs its steps."""
         try:
-            step(*args)
-        except EXPECTED_ADAPTER_ERRORS as e:
-            self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
+            step()
         except Exception as e:
-            logger.exception(f"retimer: the {self.adapter.name} adapter failed unexpectedly; "
-                             "passing the rest of the stream through unchanged")
-            self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
+            self._failed(e, now)
 
-    def _feed_adapter(self, data: bytes, now: float) -> None:
-        self._backlog.events.extend((event, now) for event in self.adapter.feed(data))
+    def _failed(self, e: Exception, now: float | None) -> None:
+        """A step of `_pump` (which calls the adapter) raised: parsing stops and the client
+        gets the bytes unchanged; a failure that is not the expected kind is a bug, logged
+        with its traceback."""
+        if not isinstance(e, EXPECTED_ADAPTER_ERRORS):
+            logger.exception(f"retimer: the {self.adapter.name} adapter failed unexpectedly; "
+                             "passing the rest of the stream through unchanged", exc_info=e)
+        assert now is not None
+        self._stop_parsing(PacerState.UNPARSED, f"{type(e).__name__}: {e}", now)
 
     def _end_adapter(self, now: float) -> None:
         for event in self.adapter.end():

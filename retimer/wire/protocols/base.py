@@ -55,7 +55,10 @@ class Event:
 
     @property
     def text(self) -> str:
-        return "".join(t for _, t in self.texts)
+        texts = self.texts
+        if len(texts) == 1:
+            return texts[0][1]  # the usual event: one string, no join
+        return "".join(t for _, t in texts)
 
 
 @dataclass(slots=True, frozen=True)

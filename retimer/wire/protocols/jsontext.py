@@ -40,6 +40,12 @@ def loads(text: str | bytes) -> Any:
                 raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         else:
             text = text.decode(json.detect_encoding(text), "surrogatepass")
+        try:  # the usual text, a JSON value with nothing around it: one call, no regex
+            obj, end = _DECODER.raw_decode(text)
+        except ValueError:
+            end = -1
+        if end == len(text):
+            return obj
         return _DECODER.decode(text)  # json.loads would build a decoder per call
     except MalformedJSON:
         raise

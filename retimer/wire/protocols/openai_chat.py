@@ -153,9 +153,8 @@ def item_index(item: dict[str, Any], position: int) -> int:
 
 def _reasoning_mirror(delta: dict[str, Any]) -> tuple[str, ...]:
     """Keys among reasoning/reasoning_content holding one same non-empty string, in key order."""
-    values = {k: delta.get(k) for k in _REASONING_FIELDS}
-    first = values["reasoning"]
-    if isinstance(first, str) and first and first == values["reasoning_content"]:
+    first = delta.get("reasoning")
+    if isinstance(first, str) and first and first == delta.get("reasoning_content"):
         return tuple(k for k in delta if k in _REASONING_FIELDS)
     return ()
 
