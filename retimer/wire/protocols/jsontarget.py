@@ -19,7 +19,8 @@ __all__ = ["JSONPath", "JSONTarget", "replaced"]
 JSONPath = tuple[str | int, ...]
 
 
-@dataclass(slots=True, frozen=True)
+# not frozen: one is made per event and a frozen dataclass __init__ costs ~4x; treat as read-only
+@dataclass(slots=True)
 class JSONTarget[F]:
     """A decoded event, the path of its splittable string, and the frame it arrived in.
 
