@@ -30,6 +30,15 @@ class H2Only(ssl.SSLContext):
         super().set_alpn_protocols(["h2"])
 
 
+def _client(proxy: InProcessProxy, *, tls: bool, h2: bool) -> httpx.Client:
+    """An httpx client through `proxy`; with `tls`, trusting its CA (and h2 only with `h2`)."""
+    if not tls:
+        return httpx.Client(proxy=proxy.url)
+    ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT) if h2 else ssl.create_default_context()
+    ctx.load_verify_locations(proxy.confdir / "mitmproxy-ca-cert.pem")
+    return httpx.Client(proxy=proxy.url, verify=ctx, http2=h2)
+
+
 def sse_text(raw: bytes) -> str:
     out = []
     for line in raw.decode().splitlines():
@@ -50,12 +59,7 @@ def test_paced_wakeups_are_loop_timers_after_the_first(tmp_path: Path, client: s
             timers = proxy.addon.bridge.timers
             counters = lambda: (timers.direct, timers.via_mitmproxy, timers.written)  # noqa: E731
             before = proxy.call(counters)
-            if tls:
-                ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT) if h2 else ssl.create_default_context()
-                ctx.load_verify_locations(proxy.confdir / "mitmproxy-ca-cert.pem")
-                http = httpx.Client(proxy=proxy.url, verify=ctx, http2=h2)
-            else:
-                http = httpx.Client(proxy=proxy.url)
+            http = _client(proxy, tls=tls, h2=h2)
             with http, http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 assert r.http_version == ("HTTP/2" if h2 else "HTTP/1.1")
                 assert h2 or r.headers["transfer-encoding"] == "chunked"
@@ -143,18 +147,13 @@ def test_passthrough_chunks_are_written_by_the_bridge(tmp_path: Path, client: st
         extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if tls else ()
         with InProcessProxy(tmp_path, "--profile", "passthrough", *extra) as proxy:
             bridge = proxy.addon.bridge
-            before = proxy.call(lambda: bridge.passed_directly)
-            if tls:
-                ctx = H2Only(ssl.PROTOCOL_TLS_CLIENT) if h2 else ssl.create_default_context()
-                ctx.load_verify_locations(proxy.confdir / "mitmproxy-ca-cert.pem")
-                http = httpx.Client(proxy=proxy.url, verify=ctx, http2=h2)
-            else:
-                http = httpx.Client(proxy=proxy.url)
+            before = proxy.call(lambda: bridge.passthrough.written)
+            http = _client(proxy, tls=tls, h2=h2)
             with http, http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 assert r.http_version == ("HTTP/2" if h2 else "HTTP/1.1")
                 got = b"".join(r.iter_raw())
             (record,) = proxy.records(1, timeout=5)
-            passed = proxy.call(lambda: bridge.passed_directly) - before
+            passed = proxy.call(lambda: bridge.passthrough.written) - before
     assert got == body  # the upstream's bytes, unchanged
     assert record["outcome"] == "complete"
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 100
@@ -172,12 +171,12 @@ def test_a_failing_passthrough_direct_write_is_logged_and_the_stream_goes_on(
     with FakeLLM(body, bursts=1, per_event_gap=0.002) as fake:
         with InProcessProxy(tmp_path, "--profile", "passthrough") as proxy:
             bridge = proxy.addon.bridge
-            before = proxy.call(lambda: bridge.passed_directly)
+            before = proxy.call(lambda: bridge.passthrough.written)
             with httpx.Client(proxy=proxy.url) as http, \
                     http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 got = b"".join(r.iter_raw())
             (record,) = proxy.records(1, timeout=5)
-            passed = proxy.call(lambda: bridge.passed_directly) - before
+            passed = proxy.call(lambda: bridge.passthrough.written) - before
     assert got == body
     assert record["outcome"] == "complete"
     assert passed == 0

@@ -169,7 +169,7 @@ class Retimer:
         # full passes only while nothing plays (they pause emission for tens of milliseconds).
         self.full_passes.start()
         self.proxyserver = ctx.master.addons.get("proxyserver")
-        self.bridge.proxyserver = self.proxyserver
+        self.bridge.passthrough.proxyserver = self.proxyserver
         self.kernel_tick = kernel_tick_s()
 
     def done(self) -> None:

@@ -1,4 +1,4 @@
-"""The pacing bridge: with its parts (bridge_timers, bridge_direct, bridge_websocket,
+"""The pacing bridge: with its parts (bridge_timers, bridge_direct, bridge_passthrough, bridge_websocket,
 bridge_listen), the only code that touches mitmproxy's private internals.
 
 mitmproxy's public `flow.response.stream` callable runs only when upstream data arrives, so it
@@ -9,7 +9,7 @@ stream's `StreamPacer`, timed bytes go to the client as `SendHttp(ResponseData)`
 loop timers deliver them: bridge_timers, and the bridge then frames, encrypts and writes the
 bytes itself, HTTP/1 or h2: bridge_direct), and `ResponseEndOfMessage` is held until the last
 byte is out. A passthrough stream's chunks are only counted, and go on as they come, written
-by the bridge too where it can (`_pass_directly`). The real flow and upstream connection stay
+by the bridge too where it can (`bridge_passthrough`). The real flow and upstream connection stay
 intact (mitmweb shows them).
 `install()` puts the wrappers in once per process and returns the process's `PacingBridge`,
 which holds the paced streams and what they hold. WebSocket messages are paced with public
@@ -42,6 +42,7 @@ from mitmproxy.proxy.layers import websocket as ws_layer
 
 from retimer.proxy import bridge_arrival, bridge_direct, bridge_hooks, bridge_timers
 from retimer.proxy.bridge_flow import DoneCallback, PacedFlow, Settings, server_error, upstream_gone
+from retimer.proxy.bridge_passthrough import PassthroughStreams
 from retimer.proxy.bridge_timers import PacingWakeup
 from retimer.proxy.bridge_websocket import CloseFrameScanner as CloseFrameScanner  # re-exported
 from retimer.proxy.bridge_websocket import WebSocketOrder
@@ -59,8 +60,6 @@ RequestProtocolError = http_layer.RequestProtocolError
 ErrorCode = http_layer.ErrorCode
 
 WebsocketLayer = ws_layer.WebsocketLayer
-
-COUNT_EVERY_S = 0.1  # a passthrough stream's bytes are parsed and counted at most this often
 
 
 class InternalsMissing(RuntimeError):
@@ -136,10 +135,7 @@ class PacingBridge:
         self._original_http = original_http
         self.websockets = WebSocketOrder(original_websocket)
         self.timers: bridge_timers.DirectTimers | None = None  # set by install()
-        # mitmproxy's Proxyserver addon, set by the addon once running: where a passthrough
-        # stream's connection handler is found, for its direct writes
-        self.proxyserver: Any = None
-        self.passed_directly = 0  # passthrough body chunks the bridge wrote itself
+        self.passthrough = PassthroughStreams(original_http, self._finish, self._warn_once)
 
     # -- what the addons, tests and bench use ------------------------------------------------
     def pace(self, flow: http.HTTPFlow, pacer: StreamPacer, on_done: DoneCallback) -> None:
@@ -178,7 +174,7 @@ class PacingBridge:
         draining, no stream; call only while no proxy runs."""
         self.settings = Settings()
         self.draining = False
-        self.proxyserver = None
+        self.passthrough.proxyserver = None
         self._buffered = 0
         self._paced.clear()
         self.websockets.clear()
@@ -195,7 +191,7 @@ class PacingBridge:
             yield from self._original_http(stream, event)
             return
         if paced.counting:
-            yield from self._count(stream, paced, event)
+            yield from self.passthrough.event(stream, paced, event)
             return
         streaming = stream.server_state == stream.state_stream_response_body
         if isinstance(event, ResponseData) and streaming:
@@ -225,63 +221,6 @@ class PacingBridge:
             yield from self._original_http(stream, event)
         else:
             yield from self._original_http(stream, event)
-
-    def _count(self, stream: Any, paced: PacedFlow, event: events.Event) -> Generator[commands.Command, Any, None]:
-        """A passthrough stream: every byte goes on as it comes (written by the bridge itself
-        where `bridge_direct` can, else by mitmproxy's own streaming); the pacer keeps them with
-        their arrival times and counts them at most every COUNT_EVERY_S (the live view's pace)
-        and at the end, for its record."""
-        pacer = paced.pacer
-        streaming = stream.server_state == stream.state_stream_response_body
-        if isinstance(event, ResponseData) and streaming:
-            now = time.monotonic()
-            pacer.receive(event.data, now)
-            if now - paced.tallied >= COUNT_EVERY_S:
-                pacer.tally()
-                paced.tallied = now
-                self._warn_once(stream, paced)
-            if paced.direct is not False and self._pass_directly(stream, paced, event.data):
-                self.passed_directly += 1
-                return
-        elif isinstance(event, ResponseEndOfMessage) and streaming:
-            pacer.finish(time.monotonic())
-            if pacer.broken is None:
-                pacer.tally()
-                self._warn_once(stream, paced)
-            else:  # the client has the body as it came, to decode itself
-                pacer.tally(pacer.abort(time.monotonic()))
-                logger.warning(f"retimer: the {pacer.adapter.name} stream from "
-                               f"{stream.flow.request.pretty_host} cannot be decoded to count it "
-                               f"({pacer.broken}); passed on unchanged")
-            self._finish(paced, "complete")
-        elif isinstance(event, ResponseProtocolError):
-            pacer.tally(pacer.abort(time.monotonic()))
-            self._finish(paced, "upstream-error")
-        elif isinstance(event, RequestProtocolError):
-            self._finish(paced, "client-gone")
-        yield from self._original_http(stream, event)
-
-    def _pass_directly(self, stream: Any, paced: PacedFlow, data: bytes) -> bool:
-        """Send a passthrough stream's body chunk to its client as mitmproxy's HttpStream would,
-        without its layers (`bridge_direct`); False: send it the ordinary way (no writer for
-        this connection, an addon's stream callable, a client going away, an empty chunk)."""
-        try:
-            if paced.direct is None:
-                handler = bridge_direct.connection_handler(self.proxyserver, stream.context.client)
-                paced.direct = handler is not None and bridge_direct.client_writer(stream, handler) or False
-            out = paced.direct
-            if not out or not data or stream.flow.response.stream is not True or not out.ready:
-                return False
-            out.write(data)
-        except Exception:  # a bug here must not cost the stream: it goes on the ordinary way
-            logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
-            paced.direct = False
-            return False
-        if paced.keep_body is None:  # an option read costs a deepcopy: once per stream
-            paced.keep_body = bool(stream.context.options.store_streamed_bodies)
-        if paced.keep_body:
-            stream.response_body_buf += data
-        return True
 
     def _end_broken(
         self, stream: Any, paced: PacedFlow, now: float, error: Any
