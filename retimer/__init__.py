@@ -1,3 +1,3 @@
 """retimer: re-time real LLM token streams to a target speed profile, through mitmproxy."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -62,8 +63,13 @@ class RetimerProxy:
     """`retimer` listening on a free port with its own confdir (CA) and record log."""
 
     def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None,
-                 confdir: Path | None = None) -> None:
+                 confdir: Path | None = None, command: Sequence[str] | None = None,
+                 cwd: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+        """`command` runs another `retimer` than this checkout's (an installed one), from `cwd`
+        with `env` (default: this process's)."""
         self.tmp = tmp
+        self.command = list(command) if command else [sys.executable, "-m", "retimer"]
+        self.cwd, self.env = cwd, env
         tmp.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.confdir = confdir or tmp / "confdir"  # another's: instances sharing one CA
@@ -87,11 +93,11 @@ class RetimerProxy:
         return self.confdir / "mitmproxy-ca-cert.pem"
 
     def start(self, timeout: float = 30.0) -> RetimerProxy:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env = {**(os.environ if self.env is None else self.env), "PYTHONUNBUFFERED": "1"}
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "retimer", *self.args],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                [*self.command, *self.args],
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
             )
         proc = self.proc
         if wait_listening(self.port, timeout, lambda: proc.poll() is None):

@@ -6,27 +6,31 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.inproc_proxy import InProcessProxy
 
 SCRIPT = Path(__file__).resolve().parent.parent / "addons" / "retimer.py"
+PACKAGED = Path(__file__).resolve().parent.parent / "retimer" / "addon_script.py"  # `retimer addon`
 
 
-def script_addons() -> list[Any]:
-    """The `addons` list of addons/retimer.py, loaded as mitmproxy loads a script."""
-    spec = importlib.util.spec_from_file_location("__mitmproxy_script__.retimer", SCRIPT)
+def script_addons(script: Path = SCRIPT) -> list[Any]:
+    """The `addons` list of an addon script, loaded as mitmproxy loads a script."""
+    spec = importlib.util.spec_from_file_location(f"__mitmproxy_script__.{script.stem}", script)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return list(module.addons)
 
 
-def test_the_retimer_command_and_the_mitmdump_script_load_the_same_addons(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", [SCRIPT, PACKAGED], ids=["checkout", "package"])
+def test_the_retimer_command_and_the_mitmdump_script_load_the_same_addons(tmp_path: Path, script: Path) -> None:
     with InProcessProxy(tmp_path) as proxy:
         chain = proxy.call(lambda: list(proxy.master.addons.chain))
     command = [type(a) for a in chain if type(a).__module__.startswith("retimer.")]
-    script = [type(a) for a in script_addons()]
-    assert command == script
-    assert [c.__name__ for c in script] == ["HealthCheck", "Retimer", "Safety", "Study", "ResponseCache", "PacServer"]
+    loaded = [type(a) for a in script_addons(script)]
+    assert command == loaded
+    assert [c.__name__ for c in loaded] == ["HealthCheck", "Retimer", "Safety", "Study", "ResponseCache", "PacServer"]
 
 
 def test_a_flows_request_body_is_parsed_once() -> None:
@@ -46,3 +50,12 @@ def test_a_flows_request_body_is_parsed_once() -> None:
     flow.request.content = b'{"model": "n"}'
     again = request_body(flow)
     assert again is not first and again.model == "n"
+
+
+def test_the_packaged_script_builds_no_addons_when_imported() -> None:
+    """mitmproxy-addon-launcher imports the entry point's module only to learn its path: that
+    import must not build a second set of addons."""
+    import retimer.addon_script
+
+    assert not hasattr(retimer.addon_script, "addons")
+    assert Path(retimer.addon_script.__file__) == PACKAGED

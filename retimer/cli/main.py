@@ -21,6 +21,20 @@ def profiles_parser() -> argparse.ArgumentParser:
     return p
 
 
+def addon_parser() -> argparse.ArgumentParser:
+    """`retimer addon`: where the addon script is, for mitmproxy's own tools."""
+    return OneLineParser(prog="retimer addon",
+                         description="Print the path of retimer's mitmproxy addon script, for "
+                         '`mitmdump -s "$(retimer addon)" --set retimer_profile=groq` (and '
+                         "mitmproxy, mitmweb) run from the same Python environment.")
+
+
+def print_addon_path(_: argparse.Namespace) -> None:
+    from retimer import addon_script
+
+    print(addon_script.__file__)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "profiles":
@@ -57,6 +71,9 @@ def main(argv: list[str] | None = None) -> None:
         from retimer.cli import whatif_cmd
 
         whatif_cmd.main(argv[1:])
+        return
+    if argv and argv[0] == "addon":
+        print_addon_path(addon_parser().parse_args(argv[1:]))
         return
     if argv and argv[0] in ("fit", "report"):
         from retimer.cli import fit_cmd, report_cmd

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from importlib import metadata
 from pathlib import Path
 
 from retimer import __version__
@@ -21,15 +23,25 @@ from retimer.cli.cmdline import OneLineParser, fail
 DEFAULT_CONFDIR = "~/.retimer"
 
 
+def version_line() -> str:
+    """`retimer --version`: retimer's own version and the mitmproxy and Python it runs on, the
+    three facts a bug report needs."""
+    try:
+        mitmproxy = metadata.version("mitmproxy")
+    except metadata.PackageNotFoundError:
+        mitmproxy = "not installed"
+    return f"retimer {__version__} (mitmproxy {mitmproxy}, Python {platform.python_version()})"
+
+
 def proxy_parser() -> OneLineParser:
     """`retimer [options]`: the options of the proxy itself."""
     p = OneLineParser(
         prog="retimer",
         description="Re-time real LLM streams to a target speed profile. "
-        "Subcommands: browser, run, env, ca, study, demo, export, fit, report, profiles "
+        "Subcommands: browser, run, env, ca, study, demo, export, fit, report, whatif, profiles, addon "
         "(`retimer SUBCOMMAND --help`).",
     )
-    p.add_argument("--version", action="version", version=f"retimer {__version__}")
+    p.add_argument("--version", action="version", version=version_line())
     p.add_argument("--profile", "-p", default="",
                    help="built-in profile name or alias, or a YAML file (default: cerebras; "
                    "--ttft/--tps without --profile start from frontier's shape)")
