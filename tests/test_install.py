@@ -290,3 +290,9 @@ def test_mitmproxy_addon_launcher_finds_retimer_by_its_entry_point(
         installed: Installed, launcher: str, tmp_path: Path) -> None:
     record = mitmdump_retimes(installed, tmp_path, [launcher])
     assert '"profile":"groq-llama-3.3-70b"' in record
+
+
+def test_the_changelog_starts_with_this_version() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    (first,) = re.findall(r"^## (\S+)", changelog, re.M)[:1]
+    assert first == retimer.__version__
