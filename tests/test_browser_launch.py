@@ -1,12 +1,15 @@
 """retimer/cli/browser.py without a real browser: finding one, its command line and profile, the
 SPKI pin, stopping it, and the `retimer browser` command's one-line errors.
 
-The real browsers run in test_browser.py.
+Finding a browser on macOS and Windows is tested here with the platform faked: the standard
+install places laid out in a temporary folder (HOME, %PROGRAMFILES% and friends pointed at it),
+never on a real Mac or Windows machine. The real browsers run in test_browser.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from retimer.cli.browser import (
+    KINDS,
     BrowserError,
     Launch,
     chromium_argv,
@@ -25,6 +29,7 @@ from retimer.cli.browser import (
     find_certutil,
     firefox_argv,
     firefox_prefs,
+    install_hint,
     prepare_launch,
     run_browser,
     user_js,
@@ -72,12 +77,87 @@ def test_browser_path_overrides_the_search():
         find_browser("chromium", "/nope/chrome", which=which, is_file=is_file)
 
 
+# where each browser installs itself, written out here apart from retimer's own tables
+MAC_BUNDLES = {"chrome": "Google Chrome.app/Contents/MacOS/Google Chrome",
+               "edge": "Microsoft Edge.app/Contents/MacOS/Microsoft Edge",
+               "chromium": "Chromium.app/Contents/MacOS/Chromium",
+               "firefox": "Firefox.app/Contents/MacOS/firefox"}
+WINDOWS_EXES = {"chrome": r"Google\Chrome\Application\chrome.exe",
+                "edge": r"Microsoft\Edge\Application\msedge.exe",
+                "chromium": r"Chromium\Application\chrome.exe",
+                "firefox": r"Mozilla Firefox\firefox.exe"}
+LINUX_NAMES = {"chrome": ("google-chrome", "google-chrome-stable"),
+               "edge": ("microsoft-edge", "microsoft-edge-stable"),
+               "chromium": ("chromium", "chromium-browser"),
+               "firefox": ("firefox", "firefox-esr")}
+
+
+def executable(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n")
+    path.chmod(0o755)
+    return path
+
+
+def nothing_on_path(name: str) -> str | None:
+    return None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_found_in_the_users_applications_folder_on_macos(kind, tmp_path: Path):
+    exe = executable(tmp_path / "Applications" / MAC_BUNDLES[kind])
+    found = find_browser(kind, platform="darwin", env={"HOME": str(tmp_path)}, which=nothing_on_path)
+    assert found == str(exe)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_found_in_the_system_applications_folder_on_macos(kind):
+    which, is_file = fake_fs(f"/Applications/{MAC_BUNDLES[kind]}")
+    found = find_browser(kind, platform="darwin", env={"HOME": "/Users/a"}, which=which, is_file=is_file)
+    assert found == f"/Applications/{MAC_BUNDLES[kind]}"
+
+
+@pytest.mark.parametrize("root", ["PROGRAMFILES", "PROGRAMFILES(X86)", "LOCALAPPDATA"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_found_under_each_windows_install_root(kind, root, tmp_path: Path):
+    """The root's folder is a temporary one: Windows' separators are read as this OS's."""
+    exe = executable(tmp_path.joinpath(*WINDOWS_EXES[kind].split("\\")))
+    env = {"PROGRAMFILES": "/nowhere/a", "PROGRAMFILES(X86)": "/nowhere/b", "LOCALAPPDATA": "/nowhere/c",
+           root: str(tmp_path)}
+    found = find_browser(kind, platform="win32", env=env, which=nothing_on_path,
+                         is_file=lambda path: os.path.isfile(path.replace("\\", "/")))
+    assert found == f"{tmp_path}\\{WINDOWS_EXES[kind]}"
+    assert found.replace("\\", "/") == str(exe)
+
+
+def test_windows_drive_paths_are_taken_as_paths():
+    exe = r"C:\Program Files (x86)\Microsoft\Edge\Application\msedge.exe"
+    which, is_file = fake_fs(exe)
+    assert find_browser("edge", platform="win32", env={"PROGRAMFILES(X86)": "C:\\Program Files (x86)"},
+                        which=which, is_file=is_file) == exe
+
+
+@pytest.mark.parametrize("kind, name", [(k, n) for k, names in LINUX_NAMES.items() for n in names])
+def test_found_by_its_name_on_path_on_linux(kind, name, tmp_path: Path):
+    exe = executable(tmp_path / name)
+    found = find_browser(kind, platform="linux", env={},
+                         which=lambda n: shutil.which(n, path=str(tmp_path)), is_file=lambda path: False)
+    assert found == str(exe)
+
+
 @pytest.mark.parametrize("kind, platform, install", [
+    ("chrome", "linux", "retimer browser chromium"),
+    ("edge", "linux", "microsoft-edge-stable"),
     ("chromium", "linux", "sudo apt install chromium"),
     ("firefox", "linux", "sudo apt install firefox-esr"),
-    ("chrome", "linux", "retimer browser chromium"),
-    ("firefox", "darwin", "brew install --cask firefox"),
-    ("chrome", "win32", "winget install Google.Chrome"),
+    ("chrome", "darwin", "`brew install --cask google-chrome`"),
+    ("edge", "darwin", "`brew install --cask microsoft-edge`"),
+    ("chromium", "darwin", "`brew install --cask chromium`"),
+    ("firefox", "darwin", "`brew install --cask firefox`"),
+    ("chrome", "win32", "`winget install Google.Chrome`"),
+    ("edge", "win32", "`winget install Microsoft.Edge`"),
+    ("chromium", "win32", "`winget install Hibbiki.Chromium`"),
+    ("firefox", "win32", "`winget install Mozilla.Firefox`"),
 ])
 def test_no_browser_found_says_what_to_install(kind, platform, install):
     which, is_file = fake_fs()
@@ -85,6 +165,7 @@ def test_no_browser_found_says_what_to_install(kind, platform, install):
         find_browser(kind, platform=platform, env={}, which=which, is_file=is_file)
     assert install in str(e.value) and "--browser-path" in str(e.value)
     assert "\n" not in str(e.value)
+    assert str(e.value) == install_hint(kind, platform)
 
 
 def test_cli_no_browser_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys):
@@ -128,6 +209,21 @@ def test_chromium_command_line():
     assert argv == ["/bin/chromium", "--user-data-dir=/t/p", *flags, "--headless",
                     "https://chatgpt.com"]
     assert chromium_argv("c", Path("/p"), [], None) == ["c", "--user-data-dir=/p"]
+
+
+@pytest.mark.parametrize("kind", ["chrome", "edge", "chromium"])
+def test_chrome_and_edge_get_chromiums_command_line(kind, tmp_path: Path):
+    from mitmproxy.certs import CertStore
+
+    CertStore.from_store(tmp_path, "mitmproxy", 2048)
+    ca = tmp_path / "mitmproxy-ca-cert.pem"
+    launch = prepare_launch(kind, "/x/browser", "http://127.0.0.1:9", ca, "https://x.test")
+    try:
+        assert launch.argv[:2] == ["/x/browser", f"--user-data-dir={launch.profile}"]
+        assert launch.argv[2:-1] == chromium_flags("http://127.0.0.1:9", spki_hash(ca), as_root=os.geteuid() == 0)
+        assert launch.argv[-1] == "https://x.test"
+    finally:
+        shutil.rmtree(launch.workdir)
 
 
 def test_firefox_prefs_and_command_line():
@@ -230,6 +326,7 @@ def test_browser_command_line_parsing():
         ["firefox", "--headless", "https://claude.ai", "--ttft", "1s", "--browser-path", "/x/ff"])
     assert (args.browser, args.url, args.headless, args.ttft, args.browser_path) == (
         "firefox", "https://claude.ai", True, "1s", "/x/ff")
+    assert parser().parse_intermixed_args(["edge"]).browser == "edge"
     done = run_cli("browser", "safari")
     assert done.returncode == 2 and "invalid choice: 'safari'" in done.stderr
     assert done.stderr.count("\n") == 1

@@ -6,6 +6,7 @@ are one line. Studies with workers: tests/test_workers_study.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -137,6 +139,67 @@ def test_a_bad_workers_value_is_one_line(value: str) -> None:
     assert done.returncode == 2
     assert done.stderr.strip() == (f"retimer: error: --workers: expected a number of processes "
                                    f">= 1 or auto, got {value!r}")
+
+
+BALANCING_NOTE = ("--workers 2: this platform does not spread connections over processes (SO_REUSEPORT "
+                  "load balancing is Linux only); running one process")
+
+
+@pytest.mark.parametrize("platform, reuse_port, spread", [
+    ("linux", True, True), ("linux", False, False), ("darwin", True, False), ("win32", False, False),
+    ("freebsd14", True, False)])
+def test_only_linux_spreads_connections_over_workers(platform: str, reuse_port: bool, spread: bool) -> None:
+    """macOS and FreeBSD's SO_REUSEPORT hands every connection to one socket; Windows has none."""
+    from retimer.cli.proxy_options import single_process_note
+
+    assert single_process_note(2, platform, reuse_port) == (None if spread else BALANCING_NOTE)
+    assert single_process_note(1, platform, reuse_port) is None
+
+
+@pytest.mark.parametrize("platform, reuse_port", [("darwin", True), ("win32", False), ("linux", True)])
+def test_workers_where_nothing_balances_run_one_process(
+    platform: str, reuse_port: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`retimer --workers 2` with the platform faked: on macOS and Windows one line, then the
+    single-process proxy, whose banner claims no workers; on Linux the workers."""
+    import socket
+
+    import retimer.proxy.addon  # noqa: F401 - imported before the platform is faked
+    from retimer.cli import main as cli
+    from retimer.cli import proxy_runner, workers
+    from retimer.cli.banner import print_banner
+    from retimer.proxy.certs import ensure_ca
+
+    started: list[tuple[str, Any]] = []
+
+    async def one_process(config: Any) -> None:
+        started.append(("one process", config))
+
+    async def run_workers(config: Any) -> int:
+        started.append(("workers", config))
+        return 0
+
+    monkeypatch.setattr(proxy_runner, "run_proxy", one_process)
+    monkeypatch.setattr(workers, "run_workers", run_workers)
+    if not reuse_port:
+        monkeypatch.delattr(socket, "SO_REUSEPORT")
+    monkeypatch.setattr(sys, "platform", platform)
+    with contextlib.suppress(SystemExit):  # the workers' path exits with their code
+        cli.main(["--workers", "2", "--seed", "7", "--set", f"confdir={tmp_path}"])
+    monkeypatch.undo()
+    (kind, config), = started
+    err = capsys.readouterr().err
+    if platform == "linux":
+        assert (kind, config.workers, err) == ("workers", 2, "")
+        return
+    assert (kind, config.workers) == ("one process", 1)
+    assert err == f"retimer: {BALANCING_NOTE}\n"
+    ensure_ca(tmp_path)
+    print_banner(config, None, None)
+    banner = capsys.readouterr().out
+    assert "listening on" in banner and "SO_REUSEPORT" not in banner
+    assert not [line for line in banner.splitlines() if line.split()[:1] == ["workers"]], banner
 
 
 def test_the_pac_file_comes_from_either_worker(tmp_path: Path, fake: FakeLLM) -> None:

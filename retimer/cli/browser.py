@@ -1,11 +1,12 @@
-"""Launch Chrome, Chromium or Firefox through retimer with a throwaway profile.
+"""Launch Chrome, Edge, Chromium or Firefox through retimer with a throwaway profile.
 
 Why a throwaway profile: the browser then trusts retimer's CA and uses the proxy without
 touching the system trust store or the user's own profile, and a fresh profile cannot be
 swallowed by an already running browser ("Opening in existing browser session").
-Chromium trusts the CA by its key (every leaf retimer mints reuses the CA's key); Firefox gets
-the CA in the profile's own NSS database. The finding and argument/prefs building are pure so
-they can be tested without a browser; `prepare_launch` and `run_browser` do the I/O.
+Chromium (Chrome and Edge are Chromium too) trusts the CA by its key (every leaf retimer mints
+reuses the CA's key); Firefox gets the CA in the profile's own NSS database. The finding and
+argument/prefs building are pure so they can be tested without a browser; `prepare_launch` and
+`run_browser` do the I/O.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ntpath
 import os
 import shutil
 import signal
@@ -25,42 +27,52 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-Kind = Literal["chrome", "chromium", "firefox"]
-KINDS: tuple[Kind, ...] = ("chrome", "chromium", "firefox")
-LABELS: dict[Kind, str] = {"chrome": "Google Chrome", "chromium": "Chromium", "firefox": "Firefox"}
+OsFamily = Literal["linux", "darwin", "win32"]
+Kind = Literal["chrome", "edge", "chromium", "firefox"]
+KINDS: tuple[Kind, ...] = ("chrome", "edge", "chromium", "firefox")
+LABELS: dict[Kind, str] = {"chrome": "Google Chrome", "edge": "Microsoft Edge", "chromium": "Chromium",
+                           "firefox": "Firefox"}
 
 _NAMES: dict[Kind, tuple[str, ...]] = {
     "chrome": ("google-chrome", "google-chrome-stable", "chrome"),
+    "edge": ("microsoft-edge", "microsoft-edge-stable"),
     "chromium": ("chromium", "chromium-browser"),
     "firefox": ("firefox", "firefox-esr"),
 }
 _LINUX_PATHS: dict[Kind, tuple[str, ...]] = {
     "chrome": ("/opt/google/chrome/chrome",),
+    "edge": ("/opt/microsoft/msedge/msedge",),
     "chromium": ("/usr/lib/chromium/chromium", "/snap/bin/chromium"),
     "firefox": ("/usr/lib/firefox/firefox", "/usr/lib/firefox-esr/firefox-esr",
                 "/snap/bin/firefox"),
 }
 _MAC_BUNDLES: dict[Kind, tuple[str, ...]] = {
     "chrome": ("Google Chrome.app/Contents/MacOS/Google Chrome",),
+    "edge": ("Microsoft Edge.app/Contents/MacOS/Microsoft Edge",),
     "chromium": ("Chromium.app/Contents/MacOS/Chromium",),
     "firefox": ("Firefox.app/Contents/MacOS/firefox",),
 }
 _WINDOWS_PATHS: dict[Kind, tuple[str, ...]] = {
     "chrome": (r"Google\Chrome\Application\chrome.exe",),
+    "edge": (r"Microsoft\Edge\Application\msedge.exe",),
     "chromium": (r"Chromium\Application\chrome.exe",),
     "firefox": (r"Mozilla Firefox\firefox.exe",),
 }
 _INSTALL: dict[str, dict[Kind, str]] = {
     "linux": {"chrome": "install Google Chrome from https://www.google.com/chrome/ "
                         "(or use `retimer browser chromium`)",
+              "edge": "install it from https://www.microsoft.com/edge (the microsoft-edge-stable "
+                      "package), or use `retimer browser chromium`",
               "chromium": "install it: `sudo apt install chromium` (Debian/Ubuntu) "
                           "or `sudo dnf install chromium` (Fedora)",
               "firefox": "install it: `sudo apt install firefox-esr` (Debian), "
                          "`sudo apt install firefox` (Ubuntu) or `sudo dnf install firefox`"},
     "darwin": {"chrome": "install it: `brew install --cask google-chrome`",
+               "edge": "install it: `brew install --cask microsoft-edge`",
                "chromium": "install it: `brew install --cask chromium`",
                "firefox": "install it: `brew install --cask firefox`"},
     "win32": {"chrome": "install it: `winget install Google.Chrome`",
+              "edge": "install it: `winget install Microsoft.Edge`",
               "chromium": "install it: `winget install Hibbiki.Chromium`",
               "firefox": "install it: `winget install Mozilla.Firefox`"},
 }
@@ -75,7 +87,8 @@ class BrowserError(Exception):
     """A browser or tool is missing or failed; str() is one line that says what to do."""
 
 
-def _platform(platform: str) -> str:
+def os_family(platform: str) -> OsFamily:
+    """sys.platform as the three families whose install places and commands differ."""
     return "win32" if platform.startswith("win") else "darwin" if platform == "darwin" else "linux"
 
 
@@ -83,7 +96,7 @@ def candidates(kind: Kind, platform: str = sys.platform,
                env: Mapping[str, str] | None = None) -> list[str]:
     """Where `kind` may be installed, in search order: names to look up on PATH, then paths."""
     env = os.environ if env is None else env
-    plat = _platform(platform)
+    plat = os_family(platform)
     if plat == "darwin":
         home = env.get("HOME", "")
         roots = ["/Applications", *([f"{home}/Applications"] if home else [])]
@@ -91,14 +104,14 @@ def candidates(kind: Kind, platform: str = sys.platform,
     if plat == "win32":
         roots = [env[v] for v in ("PROGRAMFILES", "PROGRAMFILES(X86)", "LOCALAPPDATA")
                  if env.get(v)]
-        names = {"chrome": ["chrome"], "chromium": [], "firefox": ["firefox"]}[kind]
-        return [*names, *(f"{r}\\{p}" for r in roots for p in _WINDOWS_PATHS[kind])]
+        names = {"chrome": ["chrome"], "edge": ["msedge"], "chromium": [], "firefox": ["firefox"]}[kind]
+        return [*names, *(ntpath.join(r, p) for r in roots for p in _WINDOWS_PATHS[kind])]
     return [*_NAMES[kind], *_LINUX_PATHS[kind]]
 
 
 def install_hint(kind: Kind, platform: str = sys.platform) -> str:
     """One line: no `kind` was found, and how to install it (or point at it)."""
-    how = _INSTALL[_platform(platform)][kind]
+    how = _INSTALL[os_family(platform)][kind]
     return f"no {LABELS[kind]} found; {how}, or pass --browser-path"
 
 
@@ -113,7 +126,7 @@ def find_browser(kind: Kind, override: str | None = None, *, platform: str = sys
             raise BrowserError(f"--browser-path: {override} is not a file or a program on PATH")
         return found
     for c in candidates(kind, platform, env):
-        absolute = c.startswith("/") or (len(c) > 2 and c[1] == ":")
+        absolute = c.startswith(("/", "\\")) or c[1:3] in (":\\", ":/")  # POSIX, UNC or drive path
         found = (c if is_file(c) else None) if absolute else which(c)
         if found:
             return found
@@ -126,18 +139,18 @@ def find_certutil(platform: str = sys.platform,
     """NSS's certutil, which imports the CA into a Firefox profile; never Windows' own."""
     env = os.environ if env is None else env
     found = which("certutil")
-    if found and _platform(platform) == "win32":
+    if found and os_family(platform) == "win32":
         system_root = env.get("SYSTEMROOT", r"C:\Windows").lower()
         if found.lower().startswith(system_root):
             found = None
     if not found:
         raise BrowserError("Firefox needs NSS's certutil to trust retimer's CA in its profile; "
-                           f"install {_CERTUTIL_INSTALL[_platform(platform)]}")
+                           f"install {_CERTUTIL_INSTALL[os_family(platform)]}")
     return found
 
 
 def is_chromium(kind: Kind) -> bool:
-    return kind in ("chrome", "chromium")
+    return kind in ("chrome", "edge", "chromium")
 
 
 def chromium_flags(proxy: str, spki: str, *, as_root: bool = False) -> list[str]:

@@ -1,4 +1,4 @@
-"""`retimer browser chrome|chromium|firefox [URL] [proxy options]`: a browser through retimer.
+"""`retimer browser chrome|edge|chromium|firefox [URL] [proxy options]`: a browser through retimer.
 
 Starts the proxy in this process unless one already listens on --listen-port, opens the browser
 with a throwaway profile once the proxy listens (its CA exists by then), and stops the proxy
@@ -38,7 +38,7 @@ def parser() -> OneLineParser:
     p = proxy_parser()
     p.prog = "retimer browser"
     p.description = (
-        "Open Chrome, Chromium or Firefox through retimer with a throwaway profile that trusts "
+        "Open Chrome, Edge, Chromium or Firefox through retimer with a throwaway profile that trusts "
         "retimer's CA (the system trust store is not touched). Starts the proxy unless one "
         "already listens on --listen-port; closing the browser stops it."
     )

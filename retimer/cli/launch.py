@@ -3,7 +3,8 @@
 `run` starts the proxy in this process (or reuses the retimer already on the port), runs the
 command with every common runtime's proxy and CA variables set (launch_env.py), and exits
 with the command's exit code. `env` prints the same variables for a shell; `ca` makes sure the
-CA exists and prints where it is and its SPKI hash.
+CA exists and prints where it is, its SPKI hash and the OS's steps to trust it system-wide
+(retimer.cli.trust), which it runs with --install and undoes with --uninstall.
 """
 
 from __future__ import annotations
@@ -115,9 +116,22 @@ def print_env(argv: list[str]) -> None:
 
 
 def print_ca(argv: list[str]) -> None:
-    p = _small_parser("retimer ca", "Create retimer's CA if needed; print its path and SPKI hash.")
-    p.add_argument("--spki", action="store_true", help="print only the SPKI hash")
-    p.add_argument("--path", action="store_true", help="print only the CA certificate's path")
+    from retimer.cli.trust import DISTROS, PLATFORMS, apply_plan, machine_plans, plan_lines
+
+    p = _small_parser("retimer ca", "Create retimer's CA if needed; print its path, SPKI hash and "
+                      "this OS's steps to trust it system-wide (--install runs them).")
+    only = p.add_mutually_exclusive_group()
+    only.add_argument("--spki", action="store_true", help="print only the SPKI hash")
+    only.add_argument("--path", action="store_true", help="print only the CA certificate's path")
+    only.add_argument("--install", action="store_true",
+                      help="trust the CA system-wide: run the printed install steps (sudo on Linux "
+                      "and macOS; Windows: your user's store)")
+    only.add_argument("--uninstall", action="store_true", help="run the printed remove steps")
+    p.add_argument("--platform", choices=PLATFORMS, default=None,
+                   help="print another OS's steps: linux, darwin (macOS) or win32 (Windows)")
+    p.add_argument("--distro", choices=DISTROS, default=None,
+                   help="Linux: the steps of debian (Debian, Ubuntu) or fedora (Fedora, RHEL); "
+                   "default: from /etc/os-release")
     args = p.parse_args(argv)
     from retimer.proxy.certs import spki_hash
 
@@ -128,6 +142,10 @@ def print_ca(argv: list[str]) -> None:
     if args.spki or args.path:
         print(spki if args.spki else ca)
         return
+    plans, here = machine_plans(confdir, args.platform, args.distro)
+    if args.install or args.uninstall:
+        print(apply_plan(plans, here, "--install" if args.install else "--uninstall"))
+        return
     print(f"cert    {ca}")
     print(f"spki    {spki}")
     print(f"bundle  {bundle}")
@@ -135,6 +153,7 @@ def print_ca(argv: list[str]) -> None:
     if not existed:
         print("created a new CA: clients must trust it (see certs/README.md)")
     print(f"chrome  --ignore-certificate-errors-spki-list={spki}")
+    print("\n".join(plan_lines(plans, here)))
 
 
 def _add_local_flag(p: argparse.ArgumentParser) -> None:
@@ -277,12 +296,12 @@ async def _run_with_proxy(config: ProxyConfig, command: list[str], local: bool) 
         view.stop()
 
 
-def _terminal_interrupt() -> bool:
+def terminal_interrupt() -> bool:
     """Whether a SIGINT most likely came from the terminal's Ctrl-C, which the kernel sends to
     the whole foreground process group: the child (in our group) then has it already."""
     try:
         return os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
-    except OSError:
+    except (OSError, AttributeError):  # AttributeError: Windows has no process groups
         return False
 
 
@@ -296,13 +315,14 @@ async def run_child(command: list[str], env: dict[str, str]) -> int:
     loop = asyncio.get_running_loop()
 
     def forward(sig: int) -> None:
-        if sig == signal.SIGINT and _terminal_interrupt():
+        if sig == signal.SIGINT and terminal_interrupt():
             return
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
 
     handled: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    hup = getattr(signal, "SIGHUP", None)  # Windows has none
+    for sig in (signal.SIGINT, signal.SIGTERM, *([hup] if hup is not None else [])):
         try:
             loop.add_signal_handler(sig, forward, sig)
             handled.append(sig)

@@ -12,6 +12,7 @@ import os
 import platform
 import re
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -74,8 +75,8 @@ def proxy_parser() -> OneLineParser:
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
                    help="set a mitmproxy option, e.g. --set ssl_insecure=true (repeatable)")
     p.add_argument("--workers", metavar="N", default="1",
-                   help="N proxy processes on the one port, balanced by the kernel (SO_REUSEPORT); "
-                   "auto: one per CPU (default 1: one process)")
+                   help="N proxy processes on the one port, balanced by the kernel (SO_REUSEPORT, "
+                   "Linux; elsewhere one process runs); auto: one per CPU (default 1: one process)")
     p.add_argument("--quiet", "-q", action="store_true", help="no live view or per-stream lines")
     p.add_argument("--upstream", metavar="URL", default="",
                    help="reverse mode: serve plain HTTP as this API (e.g. https://api.openai.com); "
@@ -121,8 +122,11 @@ class ProxyConfig:
         """The config of what `proxy_parser()` parsed; a bad value fails in one line (exit 2).
 
         Whether the port is free is left to `check_port`: a launcher reusing a running
-        retimer finds it taken.
+        retimer finds it taken. `--workers N` where the kernel would not spread connections
+        over N processes runs one, and says so in one line.
         """
+        workers = parse_workers(args.workers)
+        note = single_process_note(workers, sys.platform, hasattr(socket, "SO_REUSEPORT"))
         config = cls(
             profile=args.profile, ttft=args.ttft, tps=args.tps, jitter=args.jitter,
             speed=args.speed, thinking=args.thinking,
@@ -131,9 +135,11 @@ class ProxyConfig:
             cache_max_mb=args.cache_max_mb, intercept=tuple(args.intercept),
             sets=tuple(args.sets), quiet=args.quiet, upstream=args.upstream,
             allow_remote=args.allow_remote, proxy_auth=args.proxy_auth,
-            workers=parse_workers(args.workers),
-        )
-        return config.checked()
+            workers=1 if note else workers,
+        ).checked()
+        if note:
+            print(f"retimer: {note}", file=sys.stderr, flush=True)
+        return config
 
     def checked(self) -> ProxyConfig:
         """This config with --upstream normalised, after every value is checked (in the
@@ -192,6 +198,23 @@ def parse_workers(value: str) -> int:
     if n < 1:
         fail(f"--workers: expected a number of processes >= 1 or auto, got {value!r}")
     return n
+
+
+def spreads_connections(platform: str, has_reuse_port: bool) -> bool:
+    """Whether the kernel spreads a port's connections over the processes listening on it with
+    SO_REUSEPORT. Linux does. macOS and FreeBSD have SO_REUSEPORT but hand every connection to
+    one of the sockets (FreeBSD balances only with SO_REUSEPORT_LB, which asyncio does not
+    set); Windows has none."""
+    return has_reuse_port and platform.startswith("linux")
+
+
+def single_process_note(workers: int, platform: str, has_reuse_port: bool) -> str | None:
+    """The line `--workers N` prints where N processes would not share the load (one process
+    runs instead), or None when N workers run as asked."""
+    if workers <= 1 or spreads_connections(platform, has_reuse_port):
+        return None
+    return (f"--workers {workers}: this platform does not spread connections over processes "
+            "(SO_REUSEPORT load balancing is Linux only); running one process")
 
 
 def confdir_of(sets: Sequence[str]) -> Path:

@@ -7,12 +7,14 @@ real certificates no longer validate), so SDKs and CLIs get the combined bundle.
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import importlib
 import os
 import ssl
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 CA_FILE = "mitmproxy-ca-cert.pem"
 BUNDLE_FILE = "retimer-ca-bundle.pem"
@@ -58,16 +60,32 @@ def write_bundle(confdir: Path) -> Path:
 
 
 @contextlib.contextmanager
-def ca_lock(confdir: Path) -> Iterator[None]:
+def ca_lock(confdir: Path, platform: str = sys.platform) -> Iterator[None]:
     """Held while the CA is checked and made: instances started at once on one empty confdir
     (behind a load balancer) would otherwise each make their own CA, overwriting each other's
-    files (mitmproxy checks for the file, then writes four, with no lock)."""
+    files (mitmproxy checks for the file, then writes four, with no lock).
+
+    Windows has no fcntl: there the lock is msvcrt's on the file's first byte, which waits
+    (up to 10 s) as flock does.
+    """
     with open(confdir / LOCK_FILE, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fd = handle.fileno()
+        if platform == "win32":
+            msvcrt: Any = importlib.import_module("msvcrt")
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
+        else:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if platform == "win32":
+                os.lseek(fd, 0, os.SEEK_SET)
+                msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def ensure_ca(confdir: Path, key_size: int = 2048) -> Path:
