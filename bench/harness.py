@@ -269,6 +269,12 @@ class Client:
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
 
+    def kill(self) -> None:
+        """Stop the process at once: a hung job would keep it from reading "quit"."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
     def __enter__(self) -> Client:
         return self
 

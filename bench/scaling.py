@@ -10,6 +10,10 @@ turns, row by row, the order alternating. The client is bench.rawclient (raw soc
 thread, on uvloop where installed), the cheapest generator bench has, since it shares the
 proxy's cores.
 
+Every row has a timeout (`--row-timeout`, default `row_timeout`): a row past it is stopped
+(its proxy's workers and the load client killed, both started afresh), reported as timed out,
+and the run goes on with the next row.
+
 Writes bench/results/scaling-<time>[-quick].json and scaling-latest.{json,md} (or --results
 DIR) and prints the tables (bench.scaling_report). Nothing here asserts timing.
 """
@@ -17,13 +21,18 @@ DIR) and prints the tables (bench.scaling_report). Nothing here asserts timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import itertools
 import json
 import os
 import random
+import signal
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,10 +55,13 @@ from bench.harness import (
 from bench.run import RESULTS, machine
 from bench.scaling_report import held, render
 from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
+from retimer.profile.units import parse_duration
 from retimer.proxy.addon import build_profile
 
 RATE = 50.0
 SPREAD_S = 1.0  # "started within 1 s"
+ROW_MARGIN_S = 60.0  # a row's set-up, analysis, and wait for the proxy's records (30 s at most)
+ROW_STOP_S = 10.0  # for a timed-out row's thread to end once its processes are killed
 
 
 @dataclass(frozen=True)
@@ -126,13 +138,17 @@ class Usage(ProcSampler):
 
 
 class Proxy:
-    """One `retimer --workers N` for the whole run, and how many records it has written."""
+    """One `retimer --workers N` for the whole run (or until a row times out on it), and how
+    many records it has written."""
 
-    def __init__(self, client: Client, fake: FakeLLM, tmp: Path, workers: int, seed: int) -> None:
+    def __init__(self, client: Client, fake: FakeLLM, tmp: Path, workers: int, seed: int,
+                 restart: int = 0) -> None:
+        """`restart` > 0: a fresh proxy after a timed-out row, with a record log of its own."""
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{RATE:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed), "--workers", str(workers))
-        self.workers = workers
-        self.proxy: RetimerProxy = retimer_proxy(tmp, f"scaling-w{workers}", *args).start()
+        self.workers, self.restart = workers, restart
+        name = f"scaling-w{workers}" + (f"-restart{restart}" if restart else "")
+        self.proxy: RetimerProxy = retimer_proxy(tmp, name, *args).start()
         try:
             self.ready(client, fake, seed)
         except BaseException:
@@ -157,6 +173,63 @@ class Proxy:
 
     def stop(self) -> None:
         self.proxy.stop()
+
+    def kill(self) -> None:
+        """Stop at once, the workers first: on SIGTERM the parent would drain them, which a hung
+        row's streams never do, and a parent killed alone may leave them serving."""
+        proc = self.proxy.proc
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(OSError):  # the parent may have exited meanwhile
+            for pid in children(proc.pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
+
+
+def row_timeout(n: int, spread: float, tokens: int) -> float:
+    """Seconds before a row counts as hung: three times its streams' expected span (started
+    within `spread`, then the TTFT and `tokens` at RATE), 50 ms of set-up per stream, and
+    ROW_MARGIN_S. An overloaded row is late by seconds, not minutes."""
+    expected = spread + parse_duration(TTFT) + tokens / RATE
+    return float(round(3 * expected + 0.05 * n + ROW_MARGIN_S))
+
+
+def within(seconds: float, work: Callable[[], dict[str, Any]], stop: Callable[[], None]
+           ) -> dict[str, Any] | None:
+    """`work()` on a thread of its own for at most `seconds`; past that, `stop()` kills the
+    processes it waits on (which ends it, on an error nobody needs) and the answer is None.
+    Its own errors are raised here."""
+    done: list[dict[str, Any]] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work())
+        except BaseException as e:  # handed to the caller's thread
+            failed.append(e)
+
+    thread = threading.Thread(target=run, name="scaling-row", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        stop()
+        thread.join(ROW_STOP_S)
+        if thread.is_alive():
+            progress("scaling: the timed-out row is still running with its processes killed; "
+                     "left behind")
+        return None
+    if failed:
+        raise failed[0]
+    return done[0]
+
+
+def timed_out_row(workers: int, n: int, spread: float, seconds: float) -> dict[str, Any]:
+    """A row that was stopped: what it was, and after how long (bench.scaling_report shows it)."""
+    return {"workers": workers, "streams": n, "start_spread_s": spread, "target_tps": RATE,
+            "events_per_s": n * RATE, "timed_out_s": seconds,
+            "error": f"timed out after {seconds:.0f} s"}
 
 
 def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, tokens: int,
@@ -210,36 +283,59 @@ def idle_pids(proxies: list[Proxy], busy: Proxy) -> list[int]:
     return [pid for p in proxies if p is not busy for pid in p.pids["proxy"]]
 
 
-def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True) -> list[dict[str, Any]]:
-    """Every row for every worker count, the proxies taking turns (alternating first)."""
-    rows = []
+def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True,
+            row_timeout_s: float | None = None) -> list[dict[str, Any]]:
+    """Every row for every worker count, the proxies taking turns (alternating first). A row
+    past its timeout (`row_timeout_s`, else `row_timeout`) is recorded as timed out, its proxy
+    and the client replaced, and the run goes on."""
+    rows: list[dict[str, Any]] = []
     rng = random.Random(seed)
-    with FakeLLM(bursts=3) as fake, Client() as client:
+    with FakeLLM(bursts=3) as fake, contextlib.ExitStack() as stack:
         fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
+        client = Client()
         proxies: list[Proxy] = []
-        try:
-            for w in plan.workers:  # appended one by one: a failed start stops those started
-                proxies.append(Proxy(client, fake, tmp, w, seed))
-            cases = [(n, SPREAD_S) for n in plan.spread] + [(plan.burst, 0.0)]
-            for k, (n, spread) in enumerate(cases):
-                order = proxies if k % 2 == 0 else proxies[::-1]
-                for p in order:
-                    progress(f"scaling: --workers {p.workers}, {n} streams x {plan.tokens} tokens "
-                             f"at {RATE:g} tok/s, started within {spread:g} s")
-                    rows.append(run_row(client, fake, p, n, spread, plan.tokens, seed, rng, raw,
-                                        idle_pids(proxies, p)))
-                    time.sleep(0.5)  # let the last records and connections settle
-            for p in proxies if plan.refine else ():
-                ok, bad = held(rows, p.workers)
-                if ok is not None and bad is not None and bad - ok > plan.refine:
-                    n = (ok + bad) // 2
-                    progress(f"scaling: --workers {p.workers}, {n} streams (between {ok} held and "
-                             f"{bad} not)")
-                    rows.append(run_row(client, fake, p, n, SPREAD_S, plan.tokens, seed, rng, raw,
-                                        idle_pids(proxies, p)))
-        finally:
+        stack.callback(lambda: client.close())  # the client of the moment: a row may replace it
+
+        @stack.callback
+        def stop_proxies() -> None:
             for p in proxies:
                 p.stop()
+
+        def row(i: int, n: int, spread: float) -> None:
+            """One row on proxies[i], within its timeout."""
+            nonlocal client
+            p = proxies[i]
+            limit = row_timeout_s or row_timeout(n, spread, plan.tokens)
+            work = functools.partial(run_row, client, fake, p, n, spread, plan.tokens, seed, rng, raw,
+                                     idle_pids(proxies, p))
+            got = within(limit, work, lambda: (client.kill(), p.kill()))
+            if got is not None:
+                rows.append(got)
+                return
+            rows.append(timed_out_row(p.workers, n, spread, limit))
+            progress(f"scaling: --workers {p.workers}, {n} streams: timed out after {limit:.0f} s; "
+                     "its proxy and the client stopped and started afresh")
+            fake.clear()
+            client = Client()
+            proxies[i] = Proxy(client, fake, tmp, p.workers, seed, restart=p.restart + 1)
+
+        for w in plan.workers:  # appended one by one: a failed start stops those started
+            proxies.append(Proxy(client, fake, tmp, w, seed))
+        cases = [(n, SPREAD_S) for n in plan.spread] + [(plan.burst, 0.0)]
+        for k, (n, spread) in enumerate(cases):
+            turns = range(len(proxies)) if k % 2 == 0 else reversed(range(len(proxies)))
+            for i in turns:
+                progress(f"scaling: --workers {proxies[i].workers}, {n} streams x {plan.tokens} "
+                         f"tokens at {RATE:g} tok/s, started within {spread:g} s")
+                row(i, n, spread)
+                time.sleep(0.5)  # let the last records and connections settle
+        for i, p in enumerate(proxies if plan.refine else ()):
+            ok, bad = held(rows, p.workers)
+            if ok is not None and bad is not None and bad - ok > plan.refine:
+                n = (ok + bad) // 2
+                progress(f"scaling: --workers {p.workers}, {n} streams (between {ok} held and "
+                         f"{bad} not)")
+                row(i, n, SPREAD_S)
     return rows
 
 
@@ -250,15 +346,20 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=RESULTS, help="where the results go")
     ap.add_argument("--httpx", action="store_true",
                     help="bench.client's httpx streams instead of raw sockets (to see the client's cost)")
+    ap.add_argument("--row-timeout", type=float, metavar="S",
+                    help="stop a row after S seconds (default: per row, 3 x its streams' expected "
+                    f"span + 50 ms per stream + {ROW_MARGIN_S:g} s)")
     args = ap.parse_args()
     plan = QUICK if args.quick else FULL
     started = datetime.now(UTC)
     t0 = time.monotonic()
     res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
                            "seed": args.seed, "machine": machine(), "plan": asdict(plan),
-                           "client": "httpx" if args.httpx else f"raw sockets, {RAW_LOOP}"}
+                           "client": "httpx" if args.httpx else f"raw sockets, {RAW_LOOP}",
+                           "row_timeout_s": args.row_timeout}
     with tempfile.TemporaryDirectory(prefix="retimer-scaling-") as td:
-        res["rows"] = measure(plan, args.seed, Path(td), raw=not args.httpx)
+        res["rows"] = measure(plan, args.seed, Path(td), raw=not args.httpx,
+                              row_timeout_s=args.row_timeout)
     res["duration_s"] = time.monotonic() - t0
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     markdown = render(res)

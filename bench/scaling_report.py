@@ -16,6 +16,11 @@ DONE_STREAMS = 200
 MODEL_CORES = (8, 16)
 
 
+def timed_out(row: dict[str, Any]) -> bool:
+    """A row bench.scaling stopped at its timeout: it has no figures."""
+    return "timed_out_s" in row
+
+
 def _f(v: float | None, digits: int = 1) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
@@ -54,8 +59,12 @@ def table(rows: list[dict[str, Any]]) -> str:
            "| incomplete |",
            "|" + "---|" * 14]
     for r in sorted(rows, key=lambda r: (-r["start_spread_s"], r["streams"], r["workers"])):
-        late = r["late_client_ms"]
         start = "same instant" if r["start_spread_s"] == 0 else f"within {r['start_spread_s']:g} s"
+        if timed_out(r):
+            out.append(f"| {r['streams']} | {start} | {r['workers']} | **timed out after "
+                       f"{r['timed_out_s']:.0f} s** |" + " - |" * 10)
+            continue
+        late = r["late_client_ms"]
         served = " / ".join(str(v) for _, v in sorted(r["served_by_worker"].items()))
         out.append(
             f"| {r['streams']} | {start} | {r['workers']} | {_f(late['p50'], 2)} / "
@@ -74,16 +83,19 @@ def held(rows: list[dict[str, Any]], workers: int) -> tuple[int | None, int | No
     spread = sorted((r for r in rows if r["workers"] == workers and r["start_spread_s"] > 0),
                     key=lambda r: r["streams"])
     bad = [r["streams"] for r in spread
-           if r["late_client_ms"]["p99"] > LATE_P99_MS or r["incomplete"]]
+           if timed_out(r) or r["late_client_ms"]["p99"] > LATE_P99_MS or r["incomplete"]]
     first_bad = min(bad) if bad else None
     ok = [r["streams"] for r in spread
           if r["streams"] not in bad and (first_bad is None or r["streams"] < first_bad)]
     return (max(ok) if ok else None), first_bad
 
 
-def _row(rows: list[dict[str, Any]], workers: int, streams: int, burst: bool) -> dict[str, Any] | None:
+def _row(rows: list[dict[str, Any]], workers: int, streams: int, burst: bool,
+         stopped: bool = False) -> dict[str, Any] | None:
+    """The measured row of these counts (`stopped`: the timed-out one), if the run has it."""
     for r in rows:
-        if r["workers"] == workers and r["streams"] == streams and (r["start_spread_s"] == 0) == burst:
+        if (r["workers"] == workers and r["streams"] == streams and (r["start_spread_s"] == 0) == burst
+                and timed_out(r) == stopped):
             return r
     return None
 
@@ -109,6 +121,11 @@ def done_when(rows: list[dict[str, Any]]) -> str:
                      f"**{'met' if max(rec, cli) <= TTFT_P99_MS else 'not met'}**"
                      + (f" (`--workers 1`: {one['proxy_ttft_err_p']['p99']:.1f} / "
                         f"{one['client_ttft_err_p']['p99']:.1f} ms)" if one else ""))
+    for burst, what in ((False, "started within 1 s"), (True, "sent in the same instant")):
+        stopped = _row(rows, 2, DONE_STREAMS, burst, stopped=True)
+        if stopped and not _row(rows, 2, DONE_STREAMS, burst):
+            lines.append(f"- {DONE_STREAMS} {what}, `--workers 2`: timed out after "
+                         f"{stopped['timed_out_s']:.0f} s: **not met**")
     if not lines:
         lines.append(f"- (this run has no {DONE_STREAMS}-stream rows: a --quick run)")
     for w in sorted({r["workers"] for r in rows}):
@@ -138,7 +155,7 @@ def model(rows: list[dict[str, Any]], nproc: int) -> dict[str, Any] | None:
     counts = sorted({r["workers"] for r in rows})
     w = counts[-1]
     ok, _ = held(rows, w)
-    spread = sorted((r for r in rows if r["workers"] == w and r["start_spread_s"] > 0),
+    spread = sorted((r for r in rows if r["workers"] == w and r["start_spread_s"] > 0 and not timed_out(r)),
                     key=lambda r: r["streams"])
     base = (_row(rows, w, ok, burst=False) if ok is not None
             else _row(rows, w, DONE_STREAMS, burst=False) or (spread[-1] if spread else None))

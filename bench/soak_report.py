@@ -17,8 +17,22 @@ _RESOURCES = (
 )
 
 
+TOO_FEW = "too few samples to fit"
+
+
 def _f(x: float, nd: int = 1) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{nd}f}"
+
+
+def _verdict(ok: bool | None) -> str:
+    return "pass" if ok else "**FAIL**" if ok is False else f"not judged: {TOO_FEW}"
+
+
+def _not_judged(a: dict[str, Any]) -> str:
+    """Why a verdict leaves checks out: a run too short for a line through its second half."""
+    n = sum(ok is None for ok in a["checks"].values())
+    return (f" ({n} of {len(a['checks'])} checks not judged: the second half has {TOO_FEW} a "
+            "trend; run longer)" if n else "")
 
 
 def render(res: dict[str, Any]) -> str:
@@ -36,11 +50,11 @@ def render(res: dict[str, Any]) -> str:
         f"Python {m['python']}, mitmproxy {m['mitmproxy']}; load average "
         f"{m['loadavg_start']} at the start, {m.get('loadavg_end', '?')} at the end.",
         "",
-        f"**Verdict: {'PASS' if a['pass'] else 'FAIL'}**",
+        f"**Verdict: {'PASS' if a['pass'] else 'FAIL'}**" + _not_judged(a),
         "",
         "| check | result |",
         "|---|---|",
-        *(f"| {name} | {'pass' if ok else '**FAIL**'} |" for name, ok in a["checks"].items()),
+        *(f"| {name} | {_verdict(ok)} |" for name, ok in a["checks"].items()),
         "",
         "### Resources (sampled from outside the proxy)",
         "",
@@ -58,13 +72,14 @@ def render(res: dict[str, Any]) -> str:
         r = a[key]
         h1, h2 = r["first_half"], r["second_half"]
         nd = 1 if k != 1.0 else 0
+        trend = (f"{_f(h2['slope_per_min'] * k, 2)} | {_f(h2['growth'] * k, 2)} "
+                 f"± {_f(h2['growth_se'] * k, 2)}" if "growth" in h2 else
+                 f"{TOO_FEW} ({h2['n']} samples) | {TOO_FEW}")
         lines.append(
             f"| {label} | {_f(r['before'] * k, nd)} | {_f(h1.get('min', math.nan) * k, nd)}-"
             f"{_f(h1.get('max', math.nan) * k, nd)} | {_f(r['mid'] * k, nd)} | "
             f"{_f(h2.get('min', math.nan) * k, nd)}-{_f(h2.get('max', math.nan) * k, nd)} | "
-            f"{_f(h2['slope_per_min'] * k, 2)} | {_f(h2['growth'] * k, 2)} "
-            f"± {_f(h2.get('growth_se', math.nan) * k, 2)} | "
-            f"{_f(r['after'] * k, nd)} |")
+            f"{trend} | {_f(r['after'] * k, nd)} |")
     if "tasks" not in a:
         lines += ["", "Tasks and objects were not sampled (`--no-probe`)."]
     failures = [f for c in clients for f in c.get("failures", [])]

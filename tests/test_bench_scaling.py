@@ -1,21 +1,24 @@
 """bench.scaling works (no timing asserted: figures live in BENCHMARKS.md): the quick run drives
 `retimer --workers 1` and `--workers 2` with the raw-socket client and every stream arrives
-whole; the raw client's offline HTTP parsing gives the body however the reads were cut; the
-report's verdicts follow the bounds."""
+whole; a row that hangs is stopped at its timeout, its processes killed, and the run goes on;
+the raw client's offline HTTP parsing gives the body however the reads were cut; the report's
+verdicts follow the bounds."""
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import h11
+import pytest
 
-from bench import rawclient
-from bench.harness import ROOT
-from bench.scaling_report import done_when, held, model, others_pct, render
+from bench import rawclient, scaling
+from bench.harness import ROOT, stream_spec
+from bench.scaling_report import done_when, held, model, others_pct, render, table
 
 BODY = b"data: {\"a\": 1}\n\ndata: {\"b\": 2}\n\ndata: [DONE]\n\n"
 
@@ -118,3 +121,65 @@ def test_the_timeline_buckets_each_tokens_lateness_by_half_second_since_the_firs
     assert [(lo, n) for lo, n, *_ in rows] == [(0.0, 2), (0.5, 2), (1.0, 1)]
     assert rows[0][4] == 2.0 and rows[1][4] == 7.0 and rows[2][4] == 9.0  # the max of each
     assert [over for *_, over in rows] == [0.0, 0.5, 1.0]  # the share over 5 ms
+
+
+def test_report_counts_a_timed_out_row_as_not_held_and_shows_it() -> None:
+    stopped = scaling.timed_out_row(2, 200, 1.0, 96.0)
+    rows = [_row(2, 100, 1.0, 2.0), stopped, _row(2, 300, 1.0, 1.0), _row(1, 200, 1.0, 1.0)]
+    assert stopped["error"] == "timed out after 96 s"
+    assert held(rows, 2) == (100, 200)
+    assert "| 200 | within 1 s | 2 | **timed out after 96 s** |" + " - |" * 10 in table(rows)
+    assert "200 started within 1 s, `--workers 2`: timed out after 96 s: **not met**" in done_when(rows)
+    m = model(rows, nproc=2)
+    assert m is not None and m["streams"] == 100  # from the row it held, not the stopped one
+
+
+def test_a_row_timeout_follows_the_rows_size() -> None:
+    full = scaling.row_timeout(400, 1.0, 200)  # 1 s spread, 0.4 s TTFT, 4 s of tokens
+    assert full == round(3 * 5.4 + 0.05 * 400 + scaling.ROW_MARGIN_S)
+    assert scaling.row_timeout(50, 1.0, 200) < full < scaling.row_timeout(400, 1.0, 2000)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process exists and is not a zombie (a killed worker's parent may be gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_hung_row_is_stopped_reported_and_the_run_goes_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first row's stream goes to an upstream that takes the connection and never answers,
+    so the client waits for ever; the row is stopped at its timeout, the proxy's parent and
+    workers and the client are killed, and the next row runs on fresh ones."""
+    real_row, real_timeout = scaling.run_row, scaling.row_timeout
+    hung: dict[str, Any] = {}
+
+    def first_row_hangs(client: Any, fake: Any, proxy: Any, n: int, *args: Any) -> dict[str, Any]:
+        if hung:
+            return real_row(client, fake, proxy, n, *args)
+        parent = proxy.proxy.proc.pid
+        hung.update(client=client.proc.pid, proxy=[parent, *scaling.children(parent)])
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1/chat/completions?bench=hung"
+            client.streams(proxy.proxy.url, [{**stream_spec(fake, "openai", "hung"), "url": url}],
+                           concurrent=True, raw=True)
+        raise AssertionError("the hung stream ended")
+
+    monkeypatch.setattr(scaling, "run_row", first_row_hangs)
+    monkeypatch.setattr(scaling, "row_timeout", lambda n, spread, tokens: 3.0 if spread else real_timeout(n, spread, tokens))
+    plan = scaling.ScalePlan(workers=(2,), tokens=10, spread=(2,), burst=2)
+    rows = scaling.measure(plan, seed=3, tmp=tmp_path)
+
+    assert len(hung["proxy"]) == 3  # the parent and its two workers
+    assert not any(_running(pid) for pid in [hung["client"], *hung["proxy"]])
+    assert rows[0] == scaling.timed_out_row(2, 2, 1.0, 3.0)
+    assert "--workers 2, 2 streams: timed out after 3 s" in capsys.readouterr().out
+    after = rows[1]  # the burst row, on a fresh proxy and client
+    assert (after["workers"], after["streams"], after["start_spread_s"]) == (2, 2, 0.0)
+    assert after["incomplete"] == 0 and after["tokens"] == plan.tokens
+    assert sum(after["served_by_worker"].values()) == 2

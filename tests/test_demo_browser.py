@@ -6,6 +6,7 @@ proxy's splitter translated to JavaScript) is checked against the proxy's on tri
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -255,3 +256,87 @@ def test_chromium_plays_a_cache_entry_with_a_tool_card(chromium: Any, tmp_path: 
         html = panes[0]["html"]
         assert 'class="block tool"' in html and "tool call" in html and "San Francisco weather today" in html
         page.close()
+
+
+# every stat of every pane: its text, whether it fits its box and the box fits its pane, its row
+STATS_JS = """[...document.querySelectorAll('.pane')].map(p => {
+  const pane = p.getBoundingClientRect();
+  return [...p.querySelectorAll('.stats > div')].map(box => {
+    const r = box.getBoundingClientRect();
+    return {top: Math.round(r.top), inside: r.left >= pane.left && r.right <= pane.right,
+            cut: [...box.children].filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent),
+            label: box.querySelector('dt').textContent, text: box.querySelector('dd').textContent};
+  });
+})"""
+# the widest figures the page's own formatters produce, shown in every pane's stats
+WIDEST_JS = """ms => { const d = window.retimerDemo;
+  for (const p of document.querySelectorAll('.pane')) {
+    d.showFigure(p.querySelector('.s-ttft'), d.msParts(ms));
+    d.showFigure(p.querySelector('.s-elapsed'), d.msParts(ms));
+    p.querySelector('.s-tps').textContent = d.rate(9999.4);
+    p.querySelector('.s-tokens').textContent = '99999';
+  }
+  return d.msParts(ms).join(' '); }"""
+# (panes, window width): rows of stats; panes under 310 px (3 in 950) show them two by two
+LAYOUTS = {(4, 1400): 1, (3, 1024): 1, (4, 1024): 1, (6, 1400): 1, (6, 1024): 1, (3, 950): 2, (2, 600): 1}
+SIX = ["cerebras", "groq", "gpt-5", "o3", "haiku", "gpt-5-mini"]
+
+
+def stats_fit(page: Any) -> list[list[dict[str, Any]]]:
+    """The page's stats, asserted uncut, inside their panes, and in full rows (4, or 2 and 2)."""
+    panes = page.evaluate(STATS_JS)
+    for stats in panes:
+        assert len(stats) == 4
+        assert all(s["inside"] and not s["cut"] for s in stats), stats
+        rows = [sum(s["top"] == top for s in stats) for top in {s["top"] for s in stats}]
+        assert rows in ([4], [2, 2]), stats
+    return panes
+
+
+def shown_ms(text: str) -> tuple[float, float]:
+    """A time as a stat shows it ("128 ms", "2.11 s"): milliseconds and the resolution shown."""
+    m = re.fullmatch(r"(\d+)(?:\.(\d+))?\s(ms|s)", text)
+    assert m, text
+    scale = 1.0 if m.group(3) == "ms" else 1000.0
+    return float(m.group(1) + "." + (m.group(2) or "0")) * scale, scale / 10 ** len(m.group(2) or "")
+
+
+def test_chromium_four_panes_at_1400px_show_every_figure_in_full(chromium: Any, short_md: Path):
+    """The issue: four panes in a 1400 px window cut the TTFT and elapsed figures ("103 ...").
+    After a real play every stat fits its box and shows the pane's own figure, in full."""
+    profiles = ["cerebras", "gpt-5", "o3", "haiku"]
+    with DemoCommand("--profiles", ",".join(profiles), "--text", str(short_md), "--seed", "8") as demo:
+        page = chromium.new_page(viewport={"width": 1400, "height": 900})
+        chromium_player(page, demo.url, 60)(False)
+        data = page.evaluate("[...document.querySelectorAll('.pane')].map(p => ({...p.dataset}))")
+        for stats, pane in zip(stats_fit(page), data, strict=True):
+            shown = {s["label"]: s["text"] for s in stats}
+            for label, key in (("TTFT", "ttftMs"), ("elapsed", "elapsedMs")):
+                value, resolution = shown_ms(shown[label])
+                assert abs(value - float(pane[key])) <= resolution / 2 + 1e-6, (label, shown, pane)
+            tps = float(shown["tok/s"])
+            assert abs(tps - float(pane["tps"])) <= (0.05 if "." in shown["tok/s"] else 0.5) + 1e-6
+            assert shown["tokens"] == pane["tokens"]
+        page.close()
+
+
+def test_chromium_stats_fit_at_every_width_and_pane_count(chromium: Any):
+    """The widest figures the page can show (times of 999 ms to 9999 s, 9999 tok/s, 99999
+    tokens) fit at 3, 4 and 6 panes in 1024 and 1400 px windows, in 3 panes too narrow for
+    four figures in a row (950 px), and at 2 in a phone's 600."""
+    for count in sorted({n for n, _ in LAYOUTS}):
+        with DemoCommand("--profiles", ",".join(SIX[:count]), "--seed", "2") as demo:
+            page = chromium.new_page()
+            page.goto(demo.url)
+            wait_all_done(page, 30, "document.body.dataset.ready === '1'")
+            for width, rows in ((w, r) for (n, w), r in LAYOUTS.items() if n == count):
+                page.set_viewport_size({"width": width, "height": 900})
+                for ms in (999.4, 9_994, 99_949, 999_499, 9_999_499):
+                    shown = page.evaluate(WIDEST_JS, ms)
+                    assert len(shown.split()[0]) <= 4, shown
+                    panes = stats_fit(page)
+                    assert len(panes) == count
+                    assert all(len({s["top"] for s in stats}) == rows for stats in panes), (width, panes)
+                    assert all(s["text"].replace("\u00a0", " ") in (shown, "9999", "99999")
+                               for stats in panes for s in stats)
+            page.close()

@@ -61,9 +61,25 @@
     return md.parse(block.text);
   }
 
-  // -- formatting ---------------------------------------------------------------------------------
-  const ms = v => v == null ? "–" : v < 1000 ? `${Math.round(v)} ms` : `${(v / 1000).toFixed(2)} s`;
-  const rate = v => v == null || !isFinite(v) ? "–" : v >= 100 ? `${Math.round(v)}` : v.toFixed(1);
+  // -- formatting: three significant digits (four from 1000 s), so a pane's stats stay narrow -------
+  const NBSP = "\u00a0";  // a figure and its unit never part at a line end
+  function msParts(v) {
+    if (v == null) return ["–", ""];
+    if (v < 999.5) return [String(Math.round(v)), "ms"];
+    const s = v / 1000;
+    return [s < 9.995 ? s.toFixed(2) : s < 99.95 ? s.toFixed(1) : String(Math.round(s)), "s"];
+  }
+  const ms = v => msParts(v).filter(Boolean).join(NBSP);
+  const rate = v => v == null || !isFinite(v) ? "–" : v >= 99.95 ? `${Math.round(v)}` : v.toFixed(1);
+  // a stat's figure: the number, then its unit in a smaller span
+  function showFigure(el, [number, unit]) {
+    el.textContent = number;
+    if (!unit) return;
+    const span = document.createElement("span");
+    span.className = "unit";
+    span.textContent = NBSP + unit;
+    el.appendChild(span);
+  }
 
   // -- one pane -----------------------------------------------------------------------------------
   class Pane {
@@ -75,7 +91,7 @@
       node.dataset.pane = String(index);
       node.querySelector(".pane-title").textContent = info.spec;
       node.querySelector(".pane-profile").textContent =
-        `${info.profile} · TTFT p50 ${ms(info.ttft_p50_ms)} · ${rate(info.tps)} tok/s`;
+        `${info.profile} · TTFT p50 ${ms(info.ttft_p50_ms)} · ${rate(info.tps)}${NBSP}tok/s`;
       node.querySelector(".replay").addEventListener("click", () => playRun([this]));
       this.node = node;
       this.el = sel => node.querySelector(sel);
@@ -148,9 +164,9 @@
       this.el(".raw").textContent = JSON.stringify(blocks.map(b => ({ kind: b.kind, text: b.text })));
       this.tokensLive = n;
       this.draw(true);
-      this.el(".s-ttft").textContent = ms(ttft);
+      showFigure(this.el(".s-ttft"), msParts(ttft));
       this.el(".s-tps").textContent = rate(tps);
-      this.el(".s-elapsed").textContent = ms(end.elapsed);
+      showFigure(this.el(".s-elapsed"), msParts(end.elapsed));
       this.node.dataset.state = "done";
       this.node.dataset.tokens = String(n);
       if (end.requestStart !== null) this.node.dataset.requestStartMs = end.requestStart.toFixed(1);
@@ -163,9 +179,9 @@
       if (!this.blocks) return;
       const now = performance.now();
       if (this.t0 !== null && !this.done) {
-        this.el(".s-elapsed").textContent = ms(now - this.t0);
+        showFigure(this.el(".s-elapsed"), msParts(now - this.t0));
         if (this.first !== null) {
-          this.el(".s-ttft").textContent = ms(this.first);
+          showFigure(this.el(".s-ttft"), msParts(this.first));
           const span = (this.last - this.first) / 1000;
           if (span > 0.05) this.el(".s-tps").textContent = rate((this.tokensLive - 1) / span);
         }
@@ -202,8 +218,8 @@
       this.node.dataset.targetTps = String(target.tps);
       this.node.dataset.emittedTps = String(emitted.tps);
       this.el(".proxy-note").textContent =
-        `proxy: drew TTFT ${ms(target.ttft_ms)}, emitted ${rate(emitted.tps)} tok/s ` +
-        `(profile ${rate(target.tps)} tok/s), ${emitted.tokens} tokens`;
+        `proxy: drew TTFT ${ms(target.ttft_ms)}, emitted ${rate(emitted.tps)}${NBSP}tok/s ` +
+        `(profile ${rate(target.tps)}${NBSP}tok/s), ${emitted.tokens} tokens`;
     }
   }
 
@@ -239,7 +255,7 @@
   async function start() {
     config = await (await fetch("/demo/config.json", { cache: "no-store" })).json();
     tokenRe = new RegExp(config.token_pattern, "gu");
-    window.retimerDemo = { countTokens, config, panes };
+    window.retimerDemo = { countTokens, config, panes, msParts, rate, showFigure };
     document.getElementById("source").textContent =
       `Playing: ${config.source.label} · ${config.source.tokens} tokens`;
     config.panes.forEach((info, i) => panes.push(new Pane(i, info)));
