@@ -10,10 +10,12 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+import httpx
 
 
 def free_port() -> int:
@@ -46,6 +48,29 @@ def wait_listening(port: int, timeout: float, alive: Any = None) -> bool:
         except OSError:
             time.sleep(0.05)
     return False
+
+
+def post_through_proxy(port: int, url: str, alive: Callable[[], bool], timeout: float = 30) -> bytes:
+    """POST `url` through the proxy on 127.0.0.1:`port` as soon as it takes the request (it may
+    still be starting: retried while `alive()`), and return the body it streamed back."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with httpx.Client(proxy=f"http://127.0.0.1:{port}") as c:
+                with c.stream("POST", url, json={}) as r:
+                    return r.read()
+        except httpx.TransportError:
+            assert time.monotonic() < deadline and alive(), "the proxy did not start"
+            time.sleep(0.2)
+
+
+def wait_for_log(log: Path, timeout: float = 10) -> str:
+    """The text of a record log once it holds a record."""
+    deadline = time.monotonic() + timeout
+    while not log.exists() or not log.read_text().strip():
+        assert time.monotonic() < deadline, f"no record in {log}"
+        time.sleep(0.05)
+    return log.read_text()
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None) -> None:

@@ -26,7 +26,7 @@ import pytest
 
 import retimer
 from tests.conftest import FIGURES
-from tests.proxy import RetimerProxy, free_port, stop_process
+from tests.proxy import RetimerProxy, free_port, post_through_proxy, stop_process, wait_for_log
 from tests.sdk_views import openai_view
 from tests.stream_bodies import make_openai_stream
 from tests.upstream import FakeLLM
@@ -247,27 +247,15 @@ def mitmdump_retimes(installed: Installed, tmp: Path, argv: list[str]) -> str:
         stdin=subprocess.DEVNULL)
     try:
         with FakeLLM(make_openai_stream(TEXT), bursts=2) as fake:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with httpx.Client(proxy=f"http://127.0.0.1:{port}") as c:
-                        with c.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
-                            body = r.read()
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline and proc.poll() is None, "the proxy did not start"
-                    time.sleep(0.2)
-        deadline = time.monotonic() + 10
-        while not log.exists() or not log.read_text().strip():
-            assert time.monotonic() < deadline, "no record"
-            time.sleep(0.05)
+            body = post_through_proxy(port, fake.url + "/v1/chat/completions", lambda: proc.poll() is None)
+        records = wait_for_log(log)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
         stop_process(proc)
     assert openai_view(body) == openai_view(make_openai_stream(TEXT))
     assert b"Traceback" not in err, err.decode(errors="replace")
-    return log.read_text()
+    return records
 
 
 def test_mitmdump_loads_the_installed_addon_script(installed: Installed, tmp_path: Path) -> None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.proxy import RetimerProxy, free_port
+from tests.proxy import RetimerProxy, free_port, post_through_proxy, wait_for_log
 from tests.stream_bodies import make_openai_stream
 from tests.upstream import FakeLLM
 
@@ -92,23 +91,11 @@ def test_mitmdump_loads_the_addon_file(tmp_path: Path) -> None:
     )
     try:
         with FakeLLM(make_openai_stream(TEXT), bursts=2) as fake:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    with httpx.Client(proxy=f"http://127.0.0.1:{port}") as c:
-                        with c.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
-                            body = r.read()
-                    break
-                except httpx.TransportError:
-                    assert time.monotonic() < deadline and proc.poll() is None
-                    time.sleep(0.2)
-        deadline = time.monotonic() + 10
-        while not log.exists() or not log.read_text().strip():
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+            body = post_through_proxy(port, fake.url + "/v1/chat/completions", lambda: proc.poll() is None)
+        records = wait_for_log(log)
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert b"[DONE]" in body
-    assert '"profile":"groq-llama-3.3-70b"' in log.read_text()
+    assert '"profile":"groq-llama-3.3-70b"' in records
     assert b"Traceback" not in err
