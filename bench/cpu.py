@@ -9,7 +9,8 @@ round by round in rotating order so the machine's load falls on all of them alik
 CPU is the proxy process's (user + system, /proc schedstat) from the first request to the last
 byte, divided by the SSE events the client received. Also, in this process: the CPU from a
 10,000-token burst arriving in one chunk to its first emission (the pacer alone). To compare
-commits, run this from each checkout (a git worktree with PYTHONPATH pointing at it).
+commits side by side in one run, `--baseline DIR` adds the two retimer routes of another checkout
+(a git worktree: `passthrough@base`, `paced@base`), measured in the same rotation.
 `--cprofile DIR` runs both retimer routes under cProfile and writes DIR/<route>.prof (the
 figures then include the profiler's cost: use them for where the time goes, not for how much).
 """
@@ -17,6 +18,7 @@ figures then include the profiler's cost: use them for where the time goes, not 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -73,14 +75,14 @@ class ProfiledRetimer(RetimerProxy):
 def burst_first_emission_ms(repeat: int = 5) -> dict[str, float]:
     """CPU ms (best of `repeat`) from a 10k-token OpenAI burst arriving in one chunk to the
     pacer's first emission: as 10k one-token events, and as one event carrying 10k tokens."""
-    from retimer.proxy.addon import build_profile
+    from retimer.profile.settings import ProfileSettings
     from retimer.timing.pacer import StreamPacer
     from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 
     text = prose(BURST_TOKENS, 5)
     bodies = {"events": make_openai_stream(text, words_per_chunk=1),
               "one_event": make_openai_stream(text, words_per_chunk=10**9)}
-    profile = build_profile("human-reading", "400ms", "5000", "0")
+    profile = ProfileSettings("human-reading", "400ms", "5000", "0").build()
     out = {}
     for name, body in bodies.items():
         best = float("inf")
@@ -103,33 +105,46 @@ def _events(results: list[dict[str, Any]]) -> int:
 ROUTES = ("mitmdump", "passthrough", "paced")
 
 
-def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...] = ROUTES) -> dict[str, Any]:
-    """CPU per event of each route in `only`, summed over `rounds` rounds in rotating order."""
-    cpu: dict[str, float] = {"mitmdump": 0.0, "passthrough": 0.0, "paced": 0.0}
+def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...] = ROUTES,
+            baseline: Path | None = None) -> dict[str, Any]:
+    """CPU per event of each route in `only`, summed over `rounds` rounds in rotating order;
+    with `baseline`, that checkout's retimer routes too (`<route>@base`)."""
+    if baseline is not None:
+        only = (*only, *(f"{r}@base" for r in only if r != "mitmdump"))
+    cpu: dict[str, float] = dict.fromkeys(only, 0.0)
     events: dict[str, int] = dict.fromkeys(cpu, 0)
     paced_args = ("--profile", "human-reading", "--tps", PACED_TPS, "--ttft", "100ms",
                   "--jitter", "0", "--seed", "7", "--quiet")
 
     (tmp / "mitmdump").mkdir(parents=True, exist_ok=True)
 
-    def retimer(name: str, *args: str) -> RetimerProxy:
+    def retimer(name: str, *args: str, code: Path | None = None) -> RetimerProxy:
         d = tmp / name
+        if code is not None:  # another checkout's retimer, first on the path
+            env = {**os.environ, "PYTHONPATH": str(code)}
+            return RetimerProxy(d, *args, cwd=code, env=env)
         if cprofile is None:
             return RetimerProxy(d, *args)
         return ProfiledRetimer(d, cprofile / f"{name}.prof", *args)
 
-    with FakeLLM(bursts=3) as fake, Client() as client, Mitmdump(tmp / "mitmdump") as md, \
-            retimer("passthrough", "--profile", "passthrough", "--quiet") as rt_pass, \
-            retimer("paced", *paced_args) as rt_paced:
-        assert md.proc and rt_pass.proc and rt_paced.proc
+    route_args = {"passthrough": ("--profile", "passthrough", "--quiet"), "paced": paced_args}
+    with contextlib.ExitStack() as stack, FakeLLM(bursts=3) as fake, Client() as client, \
+            Mitmdump(tmp / "mitmdump") as md:
+        assert md.proc
+        routes = {"mitmdump": (md.url, md.proc.pid)}
+        for name in only:
+            if name == "mitmdump":
+                continue
+            route, _, base = name.partition("@")
+            rt = stack.enter_context(retimer(name, *route_args[route], code=baseline if base else None))
+            assert rt.proc
+            routes[name] = (rt.url, rt.proc.pid)
         pass_body = make_openai_stream(prose(PASS_TOKENS, 9), words_per_chunk=1)
         paced_body = make_openai_stream(prose(PACED_TOKENS, 11), words_per_chunk=3)
-        routes = {"mitmdump": (md.url, md.proc.pid), "passthrough": (rt_pass.url, rt_pass.proc.pid),
-                  "paced": (rt_paced.url, rt_paced.proc.pid)}
 
         def play(name: str, tag: str) -> None:
             url, pid = routes[name]
-            if name == "paced":
+            if name.startswith("paced"):
                 fake.per_event_gap, fake.openai_body = None, paced_body
                 specs = [stream_spec(fake, "openai", f"{tag}-{i}", warmup=False)
                          for i in range(PACED_STREAMS)]
@@ -156,9 +171,12 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
     us = {n: cpu[n] / events[n] * 1e6 for n in only}
     res: dict[str, Any] = {"rounds": rounds, "events": events, "cpu_s": cpu, "cpu_us_per_event": us}
     if "mitmdump" in us:
-        for n in ("passthrough", "paced"):
-            if n in us:
+        for n in us:
+            if n != "mitmdump":
                 res[f"{n}_over_mitmdump"] = us[n] / us["mitmdump"]
+    for n in us:
+        if n.endswith("@base"):
+            res[f"{n.removesuffix('@base')}_over_base"] = us[n.removesuffix("@base")] / us[n]
     return res
 
 
@@ -195,6 +213,8 @@ def main() -> None:
                     help=f"comma-separated routes to measure (default: {','.join(ROUTES)})")
     ap.add_argument("--per-request", type=int, metavar="N", default=0,
                     help="instead: CPU per request over N short streams, mitmdump and retimer")
+    ap.add_argument("--baseline", type=Path, metavar="DIR",
+                    help="also measure the retimer routes of the checkout in DIR (a git worktree)")
     args = ap.parse_args()
     if args.per_request:
         import tempfile
@@ -211,7 +231,7 @@ def main() -> None:
 
     res: dict[str, Any] = {"burst_first_emission_cpu_ms": burst_first_emission_ms()}
     with tempfile.TemporaryDirectory(prefix="retimer-cpu-") as td:
-        res.update(measure(args.rounds, args.cprofile, Path(td), only))
+        res.update(measure(args.rounds, args.cprofile, Path(td), only, args.baseline))
     print(json.dumps(res, indent=1))
     if args.json:
         args.json.write_text(json.dumps(res, indent=1))

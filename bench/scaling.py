@@ -55,8 +55,8 @@ from bench.harness import (
 from bench.run import RESULTS, machine
 from bench.scaling_report import held, render
 from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
+from retimer.profile.settings import ProfileSettings
 from retimer.profile.units import parse_duration
-from retimer.proxy.addon import build_profile
 
 RATE = 50.0
 SPREAD_S = 1.0  # "started within 1 s"
@@ -238,7 +238,7 @@ def run_row(client: Client, fake: FakeLLM, proxy: Proxy, n: int, spread: float, 
     """n streams through one proxy, started within `spread` s: lateness, TTFT error, CPU (also
     of the `idle` processes: the other proxy, waiting its turn). `streams`, if given, gets the
     client's results and each stream's analysis (bench.timeline)."""
-    profile = build_profile(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0")
+    profile = ProfileSettings(FIDELITY_PROFILE, TTFT, f"{RATE:g}", "0").build()
     set_text(fake, tokens, seed + 3)
     tag = f"w{proxy.workers}-n{n}-s{spread:g}"
     fmts = itertools.islice(itertools.cycle(FORMATS), n)

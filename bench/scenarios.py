@@ -44,7 +44,7 @@ from bench.harness import (
 )
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile
-from retimer.proxy.addon import build_profile
+from retimer.profile.settings import ProfileSettings
 
 FORMATS = ("openai", "anthropic")
 TTFT = "400ms"
@@ -132,7 +132,7 @@ def fidelity(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
         set_text(fake, tokens, seed)
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{rate:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed))
-        profile = build_profile(FIDELITY_PROFILE, TTFT, f"{rate:g}", "0")
+        profile = ProfileSettings(FIDELITY_PROFILE, TTFT, f"{rate:g}", "0").build()
         with retimer_proxy(tmp, f"fidelity-{rate:g}", *args) as proxy:
             per_fmt = _paced_run(client, fake, proxy, profile, seed, FORMATS, streams)
         for fmt, runs in per_fmt.items():
@@ -282,7 +282,7 @@ def concurrency(client: Client, fake: FakeLLM, tmp: Path, plan: Plan,
     """
     fake.bursts, fake.burst_gap, fake.per_event_gap = 3, 0.0, None
     rate = "50"
-    profile = build_profile(FIDELITY_PROFILE, TTFT, rate, "0")
+    profile = ProfileSettings(FIDELITY_PROFILE, TTFT, rate, "0").build()
     rows = []
     rng = random.Random(seed)
     for n, tokens, spread in plan.concurrency:

@@ -47,7 +47,7 @@ def active_streams() -> list[dict[str, Any]]:
     retimer = ctx.master.addons.get("retimer")
     now = time.monotonic()
     out = []
-    bridge = {p.flow.id: p for p in retimer.bridge.paced_flows()} if retimer else {}
+    bridge = {d.flow.id: d for d in retimer.bridge.drivers()} if retimer else {}
     for flow, pacer in list(retimer.active.values()) if retimer else []:
         paced = bridge.get(flow.id)
         due = pacer.next_due()
@@ -63,8 +63,9 @@ def active_streams() -> list[dict[str, Any]]:
             "tokens": {"upstream": pacer.stats.upstream.tokens,
                        "emitted": pacer.stats.emitted_side.tokens},
             "bridge": None if paced is None else {
-                "held_end": paced.held_end is not None, "wakeups": len(paced.wakeups),
-                "since_send_s": round(now - paced.last_send, 3), "finished": paced.finished},
+                "held_end": getattr(paced, "held_end", None) is not None,
+                "wakeups": len(getattr(paced, "wakeups", ())),
+                "since_send_s": round(now - paced.playout.last_send, 3), "finished": paced.finished},
         })
     return out
 

@@ -40,9 +40,9 @@ class InProcessProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> InProcessProxy:
-        from retimer.proxy import bridge
+        from retimer.proxy.addons import install
 
-        bridge.install().reset()  # a previous in-process run may have drained
+        install().reset()  # a previous in-process run may have drained
         built = threading.Event()
 
         async def main() -> None:

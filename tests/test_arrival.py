@@ -1,5 +1,5 @@
 """TTFT counts from when a request reached the machine, not from when a busy proxy read it
-(retimer.proxy.bridge_arrival: the kernel's `tcpi_last_data_recv` on Linux)."""
+(retimer.proxy.patches.arrival: the kernel's `tcpi_last_data_recv` on Linux)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import h11
 import pytest
 
-from retimer.proxy import bridge_arrival
+from retimer.proxy.patches import arrival as bridge_arrival
 from tests.inproc_proxy import InProcessProxy
 from tests.stream_bodies import make_openai_stream
 from tests.test_faults import sse_text

@@ -1,4 +1,4 @@
-"""mitmproxy's hooks, dispatched by retimer's table (retimer.proxy.bridge_hooks), and retimer's own
+"""mitmproxy's hooks, dispatched by retimer's table (retimer.proxy.patches.hooks), and retimer's own
 hooks (retimer.proxy.hooks.HookCaller) reach the same addons in the same order with the same error
 handling as mitmproxy's own `trigger_event` and `trigger`, and see addons come, go and change."""
 
@@ -15,10 +15,11 @@ from mitmproxy.addonmanager import AddonManager
 from mitmproxy.hooks import Hook
 from mitmproxy.test import taddons, tflow
 
-from retimer.proxy import bridge, bridge_hooks
+from retimer.proxy.addons import install
 from retimer.proxy.hooks import HookCaller, RecordHook
+from retimer.proxy.patches import hooks as bridge_hooks
 
-bridge.install()  # as every retimer process does
+install()  # as every retimer process does
 
 
 class Listener:

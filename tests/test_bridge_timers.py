@@ -1,4 +1,4 @@
-"""The bridge's direct timers (retimer.proxy.bridge_timers) and direct writes (bridge_direct), in
+"""The bridge's direct timers (retimer.proxy.bridge.timers) and direct writes (bridge.sinks), in
 the real proxy with real clients: after a stream's first wakeup names its connection handler, its
 wakeups are loop timers, and their bytes are framed, encrypted and written by the bridge itself,
 on HTTP/1 (plain, and TLS inside an HTTP proxy's CONNECT tunnel) and on h2 (inside a CONNECT
@@ -116,9 +116,10 @@ class _BrokenWriter:
 def test_a_failing_direct_write_is_logged_and_the_stream_goes_on_through_mitmproxy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from retimer.proxy import bridge_direct
+    from retimer.proxy.bridge import driver, passthrough
 
-    monkeypatch.setattr(bridge_direct, "client_writer", lambda stream, handler: _BrokenWriter())
+    for module in (driver, passthrough):
+        monkeypatch.setattr(module, "client_writer", lambda stream, handler: _BrokenWriter())
     body = make_openai_stream(WORDS, words_per_chunk=4)
     with FakeLLM(body, bursts=1) as fake:
         with InProcessProxy(tmp_path, *PACED) as proxy:
@@ -147,13 +148,13 @@ def test_passthrough_chunks_are_written_by_the_bridge(tmp_path: Path, client: st
         extra = (*TLS_PROXY, "--set", f"ssl_verify_upstream_trusted_ca={fake.ca_path}") if tls else ()
         with InProcessProxy(tmp_path, "--profile", "passthrough", *extra) as proxy:
             bridge = proxy.addon.bridge
-            before = proxy.call(lambda: bridge.passthrough.written)
+            before = proxy.call(lambda: bridge.passed_directly)
             http = _client(proxy, tls=tls, h2=h2)
             with http, http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 assert r.http_version == ("HTTP/2" if h2 else "HTTP/1.1")
                 got = b"".join(r.iter_raw())
             (record,) = proxy.records(1, timeout=5)
-            passed = proxy.call(lambda: bridge.passthrough.written) - before
+            passed = proxy.call(lambda: bridge.passed_directly) - before
     assert got == body  # the upstream's bytes, unchanged
     assert record["outcome"] == "complete"
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 100
@@ -164,19 +165,20 @@ def test_passthrough_chunks_are_written_by_the_bridge(tmp_path: Path, client: st
 def test_a_failing_passthrough_direct_write_is_logged_and_the_stream_goes_on(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from retimer.proxy import bridge_direct
+    from retimer.proxy.bridge import driver, passthrough
 
-    monkeypatch.setattr(bridge_direct, "client_writer", lambda stream, handler: _BrokenWriter())
+    for module in (driver, passthrough):
+        monkeypatch.setattr(module, "client_writer", lambda stream, handler: _BrokenWriter())
     body = make_openai_stream(WORDS, words_per_chunk=4)
     with FakeLLM(body, bursts=1, per_event_gap=0.002) as fake:
         with InProcessProxy(tmp_path, "--profile", "passthrough") as proxy:
             bridge = proxy.addon.bridge
-            before = proxy.call(lambda: bridge.passthrough.written)
+            before = proxy.call(lambda: bridge.passed_directly)
             with httpx.Client(proxy=proxy.url) as http, \
                     http.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
                 got = b"".join(r.iter_raw())
             (record,) = proxy.records(1, timeout=5)
-            passed = proxy.call(lambda: bridge.passthrough.written) - before
+            passed = proxy.call(lambda: bridge.passed_directly) - before
     assert got == body
     assert record["outcome"] == "complete"
     assert passed == 0

@@ -11,6 +11,7 @@ import pytest
 from mitmproxy.test import taddons
 
 from retimer.proxy.addon import Retimer
+from retimer.proxy.addons import install
 from retimer.proxy.gcpolicy import BUSY_FULL_PASS_S, NO_AUTOMATIC_FULL_PASS, FullPasses
 
 
@@ -72,7 +73,7 @@ def test_a_busy_proxy_gets_an_overdue_full_pass() -> None:
 
 def test_the_addon_applies_the_policy_when_the_proxy_runs(full_passes_seen: list[int]) -> None:
     gc.set_threshold(700, 10, 10)
-    addon = Retimer()
+    addon = Retimer(install())
     with taddons.context(addon):  # running() looks for mitmproxy's proxy server in ctx.master
         addon.running()
     assert gc.get_threshold()[2] == NO_AUTOMATIC_FULL_PASS

@@ -197,6 +197,7 @@ def test_the_wheel_is_named_for_the_version_and_holds_the_profiles_and_entry_poi
     shipped = sorted(Path(n).name for n in names if n.startswith("retimer/profiles/"))
     assert shipped == sorted(p.name for p in (ROOT / "profiles").iterdir() if p.is_file())
     assert "retimer/addon_script.py" in names
+    assert "retimer/py.typed" in names  # PEP 561: type checkers read retimer's annotations
     assert not [n for n in names if n.startswith(("tests/", "bench/"))]
     assert "retimer = retimer.cli.main:main" in entries
     assert "[mitmproxy_addon_launcher.addon_script]\nretimer = retimer.addon_script" in entries

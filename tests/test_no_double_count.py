@@ -753,8 +753,8 @@ SYNTHETIC.update({
 
 def _held_text(body: dict[str, Any]) -> Texts:
     """What the non-streaming hold counts for a whole JSON body (addon.response)."""
-    from retimer.timing.hold import timing_line
     from retimer.wire.protocols.generic import GenericStreamAdapter
+    from retimer.wire.whole import timing_line
 
     line = timing_line(json.dumps(body).encode())
     assert line is not None

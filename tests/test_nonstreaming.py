@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from retimer.timing.hold import is_llm_call, timing_line
+from retimer.wire.classify import is_llm_call
 from retimer.wire.protocols.base import RequestShape
+from retimer.wire.whole import timing_line
 from tests.fixture_streams import load
 from tests.proxy import RetimerProxy
 from tests.upstream import FakeLLM

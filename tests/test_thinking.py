@@ -20,7 +20,7 @@ from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lin
 from retimer.cli.proxy_options import proxy_parser
 from retimer.profile.loader import builtin_profiles, load_profile
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile, ProfileError, base_profile_name
-from retimer.proxy.addon import build_profile
+from retimer.profile.settings import ProfileSettings
 from retimer.study.design import parse_study, resolve_conditions
 from retimer.wire.prompt import PromptInfo, estimate_prompt
 
@@ -198,8 +198,8 @@ def test_new_form_levels_and_default(tmp_path: Path) -> None:
 
 def test_ttft_and_tps_without_profile_take_one_shape_on_the_cli_and_in_a_study() -> None:
     args = proxy_parser().parse_args(["--ttft", "2s", "--tps", "20"])
-    cli = build_profile(args.profile, args.ttft, args.tps, args.jitter, args.speed,
-                        args.thinking)
+    cli = ProfileSettings(args.profile, args.ttft, args.tps, args.jitter, args.speed,
+                          args.thinking).build()
     design = parse_study({"name": "s", "seed": 1, "unit": "request", "conditions": [
         {"name": "slow", "ttft": "2s", "tps": 20}, "cerebras"]}, "study.yaml")
     study = resolve_conditions(design, "study.yaml", load_profile)["slow"]
@@ -208,9 +208,9 @@ def test_ttft_and_tps_without_profile_take_one_shape_on_the_cli_and_in_a_study()
     assert cli.effective_name == f"{cli.name} ttft=2s tps=20"
     # with neither, the default profile; a named profile always wins
     plain = proxy_parser().parse_args([])
-    assert build_profile(plain.profile).name == "cerebras-llama-3.3-70b"
+    assert ProfileSettings(plain.profile).build().name == "cerebras-llama-3.3-70b"
     assert base_profile_name("groq", "2s", "20") == "groq"
-    assert build_profile("", "", "20").name == cli.name  # --tps alone: the same shape
+    assert ProfileSettings("", "", "20").build().name == cli.name  # --tps alone: the same shape
 
 
 def test_study_conditions_take_thinking() -> None:

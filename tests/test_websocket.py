@@ -441,7 +441,7 @@ def _frame(opcode: int, payload: bytes, mask: bool = False) -> bytes:
        st.lists(st.integers(1, 200000), max_size=8))
 def test_close_frame_scanner_finds_the_close_at_any_cut(frames: list[tuple[int, int, bool]],
                                                         cuts: list[int]) -> None:
-    from retimer.proxy.bridge import CloseFrameScanner
+    from retimer.proxy.bridge.websocket_order import CloseFrameScanner
 
     before = b"".join(_frame(op, b"x" * n, mask) for op, n, mask in frames)
     data = before + _frame(0x8, b"\x03\xe8done") + _frame(0x1, b"after")

@@ -288,8 +288,8 @@ def test_without_so_reuseport_or_the_listener_workers_fail_in_one_line(
 
     from mitmproxy.proxy import mode_servers
 
-    from retimer.proxy import bridge_listen
-    from retimer.proxy.bridge import InternalsMissing
+    from retimer.proxy.patches import InternalsMissing
+    from retimer.proxy.patches import listen as bridge_listen
 
     monkeypatch.delattr(socket, "SO_REUSEPORT")
     with pytest.raises(bridge_listen.NoReusePort, match=r"^--workers: this system has no SO_REUSEPORT"):

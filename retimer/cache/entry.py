@@ -39,7 +39,6 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
 from urllib.parse import parse_qsl
 
 from retimer.records.redact import redact_url
@@ -134,7 +133,7 @@ def key_query(query: str) -> list[tuple[str, str]]:
     ]
 
 
-def _chatgpt_canonical(obj: dict[str, Any]) -> dict[str, Any]:
+def _chatgpt_canonical(obj: dict[str, object]) -> dict[str, object]:
     out = {k: v for k, v in obj.items()
            if k not in ("websocket_request_id", "client_contextual_info", "arkose_token")}
     if not obj.get("conversation_id"):
@@ -149,7 +148,7 @@ def _chatgpt_canonical(obj: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def canonical_body(body: RequestBody | bytes, path: str) -> Any:
+def canonical_body(body: RequestBody | bytes, path: str) -> dict[str, object]:
     """The body as it counts for the key: JSON without volatile fields, else its bytes' hash."""
     request = RequestBody.of(body)
     if request.raw.lstrip()[:1] in (b"{", b"["):
@@ -276,8 +275,9 @@ def decode_entry(meta_bytes: bytes, body: bytes) -> CacheEntry:
         raise CorruptEntry(f"body has {len(body)} bytes, expected {meta.get('body_size')}")
     if meta.get("body_sha256") != hashlib.sha256(body).hexdigest():
         raise CorruptEntry("body hash mismatch")
-    strings = {k: meta.get(k) for k in ("reason", "url", "method", "created")}
-    if not all(isinstance(v, str) for v in strings.values()):
+    names = ("reason", "url", "method", "created")
+    strings = {k: v for k in names if isinstance(v := meta.get(k), str)}
+    if len(strings) != len(names):
         raise CorruptEntry("bad metadata field")
     protocol = meta.get("protocol")
     return CacheEntry(

@@ -6,21 +6,28 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retimer.cli.proxy_options import ProxyConfig
 
+if TYPE_CHECKING:
+    from mitmproxy.options import Options
 
-def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
+    from retimer.profile.model import Profile
+    from retimer.proxy.addon import Retimer
+
+
+def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | None) -> None:
     """The banner on stdout; `opts` are mitmproxy's options, `addon` the Retimer addon (both
     None in the parent of `--workers N`, which has no proxy of its own: it reads `config`)."""
     from rich.console import Console
 
     if addon is None:
         profile = config_profile(config)
-        seed: object = "drawn per worker" if config.seed is None else config.seed
+        seed: int | str = "drawn per worker" if config.seed is None else config.seed
         confdir = config.confdir
     else:
+        assert opts is not None and addon.profile is not None  # given together; configured by now
         profile, seed = addon.profile, addon.seed
         confdir = Path(os.path.expanduser(opts.confdir))
     from retimer.proxy.certs import CA_FILE, write_bundle
@@ -80,13 +87,10 @@ def print_banner(config: ProxyConfig, opts: Any, addon: Any) -> None:
         console.print(f"  records  {Path(config.log).expanduser()}")
 
 
-def config_profile(config: ProxyConfig) -> Any:
+def config_profile(config: ProxyConfig) -> Profile:
     """The profile `config` runs (checked already by ProxyConfig), for a process without a proxy
     of its own: the parent of `--workers N`."""
-    from retimer.proxy.addon import build_profile
-
-    return build_profile(config.profile, config.ttft, config.tps, config.jitter, config.speed,
-                         config.thinking)
+    return config.profile_settings.build()
 
 
 def profile_name(config: ProxyConfig) -> str:

@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from retimer.cli.browser import (
     KINDS,
@@ -33,6 +33,9 @@ from retimer.cli.proxy_options import ProxyConfig, proxy_parser
 from retimer.cli.proxy_runner import bound_port, build_proxy, serve
 from retimer.proxy.certs import CA_FILE, spki_hash
 
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
+
 
 def parser() -> OneLineParser:
     p = proxy_parser()
@@ -47,7 +50,7 @@ def parser() -> OneLineParser:
     p.add_argument("--browser-path", metavar="PATH", default=None,
                    help="the browser's executable, if it is not found by itself")
     p.add_argument("--headless", action="store_true", help="no window (tests, automation)")
-    p.error = _error  # type: ignore[method-assign]
+    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
 
 
@@ -138,7 +141,7 @@ async def _alone(opener: Opener, ca: Path) -> None:
 class BrowserCompanion:
     """mitmproxy addon: opens the browser once the proxy listens; the browser's end stops it."""
 
-    def __init__(self, opener: Opener, ca: Path, master: Any, host: str) -> None:
+    def __init__(self, opener: Opener, ca: Path, master: Master, host: str) -> None:
         self.opener, self.ca, self.master, self.host = opener, ca, master, host
         self.task: asyncio.Task[None] | None = None
 

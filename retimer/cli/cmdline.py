@@ -9,7 +9,7 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from retimer.timing.suggest import closest, did_you_mean
 
@@ -80,22 +80,22 @@ class OneLineParser(argparse.ArgumentParser):
         """The options that take no value (`--quiet`, `--no-local`, ...)."""
         return {o for a in self.actions if a.nargs == 0 for o in a.option_strings}
 
-    def parse_known_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
+    def parse_known_args(  # type: ignore[override]  # typeshed: overloads, generic in the namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         argv = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(self._join_negative_values(argv), namespace)
 
-    def parse_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
+    def parse_args(  # type: ignore[override]  # typeshed: overloads, generic in the namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error(self.unrecognized(extras))
         return parsed
 
-    def parse_intermixed_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: Any = None
+    def parse_intermixed_args(  # type: ignore[override]  # typeshed: overloads, generic in the namespace
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> argparse.Namespace:
         parsed, extras = self.parse_known_intermixed_args(args, namespace)
         if extras:
@@ -111,7 +111,7 @@ class OneLineParser(argparse.ArgumentParser):
             return f"unrecognized argument {flag}{did_you_mean(flag, longs)}"
         return f"unexpected argument {word!r}"
 
-    def _check_value(self, action: argparse.Action, value: Any) -> None:
+    def _check_value(self, action: argparse.Action, value: object) -> None:
         # argparse's "invalid choice" message, plus the choice that was likely meant
         if action.choices is not None and value not in action.choices:
             choices = [str(c) for c in action.choices]

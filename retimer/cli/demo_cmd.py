@@ -13,12 +13,18 @@ import asyncio
 import socket
 import sys
 import webbrowser
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.demo_source import Source, SourceError, builtin, from_cache, from_text_file
 from retimer.profile.loader import OVERRIDE_KEYS, parse_profile_spec, profile_specs
 from retimer.profile.model import Profile, ProfileError
+from retimer.profile.settings import ProfileSettings
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
 
 DEFAULT_PROFILES = "cerebras,groq,gpt-5,o3,human-reading"
 DEFAULT_PORT = 8765
@@ -69,8 +75,6 @@ class Pane:
 def parse_panes(specs: str, defaults: dict[str, str]) -> list[Pane]:
     """`cerebras,gpt-5:tps=40` as panes (the grammar of `retimer whatif --profiles`:
     retimer.profile.loader.parse_profile_spec); a bad spec raises ProfileError naming it."""
-    from retimer.proxy.addon import build_profile
-
     if not specs.strip():
         raise ProfileError("--profiles: name at least one profile")
     if any(not s.strip() for s in specs.split(",")):
@@ -79,7 +83,7 @@ def parse_panes(specs: str, defaults: dict[str, str]) -> list[Pane]:
     for item in profile_specs(specs):
         try:
             name, overrides = parse_profile_spec(item)
-            profile = build_profile(name, **{**defaults, **overrides})
+            profile = ProfileSettings(name, **{**defaults, **overrides}).build()
         except ProfileError as e:
             raise ProfileError(f"--profiles: {item!r}: {e}") from None
         if profile.passthrough:
@@ -146,11 +150,10 @@ async def run_demo(panes: list[Pane], source: Source, port: int, seed: int | Non
     from retimer.cli.demo_tokens import js_token_pattern
     from retimer.cli.proxy_options import ProxyConfig
     from retimer.cli.proxy_runner import bound_port, build_proxy, serve
-    from retimer.proxy.addon import build_profile
     from retimer.proxy.demo_addon import DemoAddon
     from retimer.wire.tokenizer import count_tokens
 
-    addon = DemoAddon([p.profile for p in panes], build_profile("cerebras", jitter="0"))
+    addon = DemoAddon([p.profile for p in panes], ProfileSettings("cerebras", jitter="0").build())
     config = {
         "source": {"label": source.label, "tokens": sum(count_tokens(b.text) for b in source.blocks)},
         "panes": [pane_config(p) for p in panes],
@@ -185,10 +188,11 @@ async def run_demo(panes: list[Pane], source: Source, port: int, seed: int | Non
         server.stop()
 
 
-async def _wait_listening(m: object, bound_port: object, running: asyncio.Task[None]) -> int | None:
+async def _wait_listening(m: Master, bound_port: Callable[[Master], int | None],
+                          running: asyncio.Task[None]) -> int | None:
     """The proxy's port once it listens, or None if it stopped first."""
     for _ in range(500):
-        port = bound_port(m)  # type: ignore[operator]
+        port = bound_port(m)
         if port:
             return int(port)
         if running.done():

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import h11
@@ -57,8 +56,8 @@ class DemoServer(LoopbackServer):
     """Answers the page's requests; `stream_body` is the SSE body every pane's request gets
     and `records(run)` the demo addon's records of one run."""
 
-    def __init__(self, config: dict[str, Any], stream_body: bytes, warmup_body: bytes,
-                 records: Callable[[str], list[dict[str, Any]]]) -> None:
+    def __init__(self, config: Mapping[str, object], stream_body: bytes, warmup_body: bytes,
+                 records: Callable[[str], Sequence[Mapping[str, object]]]) -> None:
         super().__init__()
         self.config = json.dumps(config, ensure_ascii=False).encode()
         self.stream_body = stream_body

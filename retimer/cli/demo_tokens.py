@@ -8,17 +8,18 @@ Python's Unicode tables, and `\\s` and `\\d` mean Python's Unicode whitespace an
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import cache
 
 from retimer.wire.tokenizer import TOKEN_PATTERN
 
 
-def _ranges(test: object) -> str:
+def _ranges(test: Callable[[str], bool]) -> str:
     """The inside of a character class for every code point where `test(char)` is true."""
     out: list[str] = []
     start = -1
     for cp in range(sys.maxunicode + 2):
-        hit = cp <= sys.maxunicode and test(chr(cp))  # type: ignore[operator]
+        hit = cp <= sys.maxunicode and test(chr(cp))
         if hit and start < 0:
             start = cp
         elif not hit and start >= 0:

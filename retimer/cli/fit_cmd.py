@@ -9,9 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 
 from retimer.cli.cmdline import OneLineParser, did_you_mean, fail
 from retimer.profile.fit import SLUG, FitError, fit_streams, slug, streams_from, to_yaml
@@ -43,7 +44,7 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help="only records from WHEN on: 2026-11-30, 2026-11-30T14:00, or an age: 2h")
 
 
-def unknown_protocol(args: argparse.Namespace, records: list[dict[str, Any]]) -> str | None:
+def unknown_protocol(args: argparse.Namespace, records: Sequence[Mapping[str, object]]) -> str | None:
     """A --protocol name that no retimer protocol has and no record carries (a typo that would
     otherwise be dropped silently when the other names match), with the likely one."""
     from retimer.wire.protocols import ADAPTERS
@@ -57,7 +58,7 @@ def unknown_protocol(args: argparse.Namespace, records: list[dict[str, Any]]) ->
     return None
 
 
-def no_records(args: argparse.Namespace, records: list[dict[str, Any]], logs: list[str]) -> str:
+def no_records(args: argparse.Namespace, records: Sequence[Mapping[str, object]], logs: list[str]) -> str:
     """Why the filters left nothing in these logs, with the protocol that was likely meant
     (from their records)."""
     filters = describe_filters(args.protocol, args.host, args.since)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import numpy as np
 from rich import box
@@ -23,13 +23,50 @@ GAP = 3  # what each column adds besides its cells: two spaces of padding and a 
 TITLE = "retimer: streams"
 
 
-def sparkline(r: dict[str, Any], width: int = SPARK_WIDTH) -> str:
+class SideFigures(TypedDict):
+    """One side (upstream or emitted) of a record: retimer.timing.metrics.Side.summary."""
+
+    ttft_ms: float | None
+    tps: float | None
+    tokens: int
+    duration_ms: float | None
+
+
+class TargetFigures(TypedDict):
+    ttft_ms: float | None  # None: passthrough
+    tps: float | None
+
+
+class Trace(TypedDict):
+    """Both sides' events, encoded (retimer.timing.metrics.StreamStats.trace)."""
+
+    unit_ms: float
+    upstream: dict[str, object]
+    emitted: dict[str, object]
+
+
+class LiveRecord(TypedDict):
+    """The fields the live view reads of a record as the Retimer addon makes it
+    (retimer.proxy.flows.stream_record; a worker of `--workers N` sends the same as JSON)."""
+
+    outcome: str
+    protocol: str | None
+    profile: str
+    effective_profile: NotRequired[str]
+    url: str
+    target: TargetFigures
+    upstream: SideFigures
+    emitted: SideFigures
+    upstream_bound: bool
+    trace: NotRequired[Trace]
+
+
+def sparkline(r: LiveRecord, width: int = SPARK_WIDTH) -> str:
     """Tokens the client got per time slice, from the request to now (or the stream's end), as
     `width` unicode blocks: a blank start is the wait for the first token, steady blocks a
     steady rate, gaps the stalls. Scaled to the stream's busiest slice."""
     trace = r.get("trace")
-    side = trace.get("emitted") if isinstance(trace, dict) else None
-    if not isinstance(side, dict):
+    if not isinstance(trace, dict) or not isinstance(side := trace.get("emitted"), dict):
         return " " * width
     unit = trace.get("unit_ms") or TRACE_UNIT_MS
     t, n = decode_side(side, unit)
@@ -45,7 +82,7 @@ def sparkline(r: dict[str, Any], width: int = SPARK_WIDTH) -> str:
     return "".join(_BLOCKS[i] for i in levels)
 
 
-def fmt(value: Any, digits: int = 0) -> str:
+def fmt(value: float | None, digits: int = 0) -> str:
     """A number with thousands separators; "-" when there is none yet."""
     if value is None:
         return "-"
@@ -58,7 +95,7 @@ class Column:
 
     heading: str
     priority: int
-    cell: Callable[[dict[str, Any]], str]
+    cell: Callable[[LiveRecord], str]
     numeric: bool = False  # right-aligned, never cut
     cut_to: int = 0  # > 0: a URL, which may be cut in the middle with "…" down to this width
     hide_empty: bool = False  # left out when no row has anything to show in it
@@ -133,7 +170,7 @@ def shorten_url(url: str, width: int) -> str:
 
 
 def streams_table(
-    records: Sequence[dict[str, Any]], width: int, *, blind: bool = False
+    records: Sequence[LiveRecord], width: int, *, blind: bool = False
 ) -> Table:
     """The table of `records` (newest first) for a terminal `width` cells wide."""
     columns = BLIND_COLUMNS if blind else TIMED_COLUMNS

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import sys
 from collections import Counter, deque
-from collections.abc import Callable
-from typing import Any, TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import TextIO, cast
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.text import Text
 
-from retimer.cli.livetable import SPARK_WIDTH, fmt, sparkline, streams_table
+from retimer.cli.livetable import SPARK_WIDTH, LiveRecord, fmt, sparkline, streams_table
 
 __all__ = ["SPARK_WIDTH", "LiveView", "blind_line", "plain_line", "sparkline"]
 
@@ -21,7 +21,7 @@ ECHO_ROOM = 4  # cells left free after the summary line, where the cursor rests:
 # echoes "^C" there, and a line that then wraps puts the redraw one line off (a doubled title)
 
 
-def plain_line(r: dict[str, Any]) -> str:
+def plain_line(r: LiveRecord) -> str:
     """One line per finished stream, for logs and pipes."""
     em, up, tg = r["emitted"], r["upstream"], r["target"]
     bound = " upstream-bound" if r.get("upstream_bound") else ""
@@ -33,7 +33,7 @@ def plain_line(r: dict[str, Any]) -> str:
     )
 
 
-def blind_line(r: dict[str, Any]) -> str:
+def blind_line(r: LiveRecord) -> str:
     """A finished stream as a study participant may see it: no profile, target or timing."""
     return f"{r['outcome']:<8} {r['protocol']:<18} tokens {r['emitted']['tokens']} {r['url']}"
 
@@ -69,14 +69,14 @@ class LiveView:
         self,
         out: TextIO | None = None,
         interactive: bool | None = None,
-        active: Callable[[], list[dict[str, Any]]] = list,
+        active: Callable[[], Sequence[Mapping[str, object]]] = list,
         blind: bool = False,
     ) -> None:
         self.out = out or sys.stdout
         self.blind = blind
         self.active = active  # records of the streams in flight, fetched at each refresh
         self.interactive = self.out.isatty() if interactive is None else interactive
-        self.rows: deque[dict[str, Any]] = deque(maxlen=KEPT_ROWS)  # finished, oldest first
+        self.rows: deque[LiveRecord] = deque(maxlen=KEPT_ROWS)  # finished, oldest first
         self.outcomes: Counter[str] = Counter()
         self.console = Console(file=self.out)
         self.live: Live | None = None
@@ -107,13 +107,14 @@ class LiveView:
             print(f"retimer: {fit_line(summary(self.outcomes, 0), 10_000)}", file=self.out,
                   flush=True)
 
-    def __call__(self, record: dict[str, Any]) -> None:
-        if record["outcome"] == "streaming":  # only finished streams are kept
+    def __call__(self, record: Mapping[str, object]) -> None:
+        rec = cast(LiveRecord, record)  # made by the Retimer addon (see LiveRecord)
+        if rec["outcome"] == "streaming":  # only finished streams are kept
             return
-        self.rows.append(record)
-        self.outcomes[record["outcome"]] += 1
+        self.rows.append(rec)
+        self.outcomes[rec["outcome"]] += 1
         if not self.interactive:
-            line = blind_line(record) if self.blind else plain_line(record)
+            line = blind_line(rec) if self.blind else plain_line(rec)
             print(line, file=self.out, flush=True)
 
     def table(self, fit_screen: bool = False) -> _Screen:
@@ -124,7 +125,7 @@ class LiveView:
     def layout(self, width: int, max_rows: int | None = None) -> Group:
         """The table for `width` cells and at most `max_rows` rows (at least one), then the
         summary line (unpadded, and short of the edge: see ECHO_ROOM)."""
-        active = self.active()
+        active = cast("Sequence[LiveRecord]", self.active())  # the Retimer addon's (LiveRecord)
         rows = [*active, *reversed(self.rows)]
         shown = rows if max_rows is None else rows[: max(1, max_rows)]
         hidden = sum(self.outcomes.values()) + len(active) - len(shown)

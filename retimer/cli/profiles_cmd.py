@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.markup import escape
 from rich.table import Table
 
@@ -114,10 +114,11 @@ def print_profiles(args: list[str]) -> None:
                 console.print(line, markup=False)
         return
     table = Table(title="retimer built-in profiles (retimer profiles NAME for details)")
-    for col, justify in (("name", "left"), ("aliases", "left"), ("TTFT p50", "right"),
-                         ("tok/s", "right"), ("thinking (median)", "left"),
-                         ("description", "left")):
-        table.add_column(col, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("name", "left"), ("aliases", "left"), ("TTFT p50", "right"), ("tok/s", "right"),
+        ("thinking (median)", "left"), ("description", "left"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify, overflow="fold")
     for p in builtin_profiles():
         ttft = "-" if p.ttft is None else _ms(p.first_token_median())
         tps = "-" if p.tps is None else f"{p.tps:g}"

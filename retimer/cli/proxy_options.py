@@ -17,9 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retimer import __version__
 from retimer.cli.cmdline import OneLineParser, fail
+
+if TYPE_CHECKING:
+    from retimer.profile.settings import ProfileSettings
 
 DEFAULT_CONFDIR = "~/.retimer"
 
@@ -141,14 +145,20 @@ class ProxyConfig:
             print(f"retimer: {note}", file=sys.stderr, flush=True)
         return config
 
+    @property
+    def profile_settings(self) -> ProfileSettings:
+        """The profile and its overrides, as typed."""
+        from retimer.profile.settings import ProfileSettings
+
+        return ProfileSettings(self.profile, self.ttft, self.tps, self.jitter, self.speed, self.thinking)
+
     def checked(self) -> ProxyConfig:
         """This config with --upstream normalised, after every value is checked (in the
         order of the messages users and tests rely on)."""
         from retimer.profile.model import ProfileError
-        from retimer.proxy.addon import build_profile
 
         try:
-            build_profile(self.profile, self.ttft, self.tps, self.jitter, self.speed, self.thinking)
+            self.profile_settings.build()
         except ProfileError as e:
             fail(str(e))
         if not 0 <= self.listen_port <= 65535:

@@ -39,19 +39,19 @@ def build_proxy(
 
     from retimer.cli.liveview import LiveView
     from retimer.proxy.addon import Retimer
-    from retimer.proxy.addons import retimer_addons
-    from retimer.proxy.bridge import InternalsMissing
+    from retimer.proxy.addons import install, retimer_addons
     from retimer.proxy.certs import ensure_ca
     from retimer.proxy.hooks import RecordListener
+    from retimer.proxy.patches import InternalsMissing
     from retimer.wire.hosts import allow_hosts
 
     opts = options.Options()
     m = master.Master(opts)
-    m.addons.add(termlog.TermLog(out=_StderrProxy()))
+    m.addons.add(termlog.TermLog(out=_StderrProxy()))  # type: ignore[arg-type]  # TermLog takes any writer: it calls write/flush/isatty
     m.addons.add(*default_addons())
     m.addons.add(errorcheck.ErrorCheck(repeat_errors_on_stderr=True))
     try:
-        addon = Retimer()  # puts the pacing bridge into mitmproxy, once its internals are checked
+        addon = Retimer(install())  # retimer into mitmproxy, once its internals are checked
         m.addons.add(*retimer_addons(addon))  # the same addons as `mitmdump -s addons/retimer.py`
     except InternalsMissing as e:
         fail(str(e), 1)

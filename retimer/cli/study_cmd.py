@@ -44,7 +44,7 @@ def parser() -> OneLineParser:
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
     p.set_defaults(**dict.fromkeys(TIMING_OPTIONS))
-    p.error = _error  # type: ignore[method-assign]
+    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
 
 

@@ -3,7 +3,7 @@
 The parent (retimer.cli.workers) writes the checked `ProxyConfig` as one JSON line on the
 worker's stdin, then keeps stdin open: its end means the parent is gone, and the worker drains
 and stops as on Ctrl-C. The worker runs the same proxy as a single `retimer` (build_proxy),
-its listener shares the port (retimer.proxy.bridge_listen), and it sends what the parent
+its listener shares the port (retimer.proxy.patches.listen), and it sends what the parent
 shows, one JSON line each, down the pipe FD: `{"ready": port}`, and, as SENDS asks
 (`records,live`), every record and the streams in flight every quarter second (only while a
 live table shows them: a snapshot makes a record of every stream in flight, which costs the
@@ -108,8 +108,8 @@ async def run_worker(config: ProxyConfig, index: int, fd: int, sends: str = "rec
     """Build and serve this worker's proxy on the shared port."""
     from retimer.cli.cmdline import fail
     from retimer.cli.proxy_runner import build_proxy, serve
-    from retimer.proxy.bridge import InternalsMissing
-    from retimer.proxy.bridge_listen import NoReusePort, install
+    from retimer.proxy.patches import InternalsMissing
+    from retimer.proxy.patches.listen import NoReusePort, install
 
     try:
         install()

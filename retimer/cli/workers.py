@@ -1,6 +1,6 @@
 """`retimer --workers N`: N proxy processes on one listening address, and the parent that runs them.
 
-The kernel spreads connections among the workers (SO_REUSEPORT: retimer.proxy.bridge_listen);
+The kernel spreads connections among the workers (SO_REUSEPORT: retimer.proxy.patches.listen);
 no relay of ours sits in the path. The parent creates the CA once before any worker starts
 (they share the confdir), holds the port, and is the one face of the run: one banner, one live
 view fed with every worker's records and streams in flight (retimer.cli.worker_main sends them
@@ -75,8 +75,8 @@ class Workers:
         """The CA, the port, then the workers; returns once every one listens (or fails in one
         line, with the workers' own message, when one cannot start)."""
         config = self.config
-        from retimer.proxy.bridge_listen import NoReusePort, reserve_port
         from retimer.proxy.certs import ensure_ca
+        from retimer.proxy.patches.listen import NoReusePort, reserve_port
 
         try:
             ensure_ca(config.confdir)  # once, before the workers, which share the confdir
@@ -102,8 +102,8 @@ class Workers:
                 self.config = config = replace(config, study_state=str(self.study_state))
         for index in range(1, config.workers + 1):
             self.workers.append(await self._spawn(index))
-        pending = {asyncio.ensure_future(w.proc.wait()) for w in self.workers}
-        ready = asyncio.ensure_future(asyncio.gather(*(w.ready for w in self.workers)))
+        pending: set[asyncio.Future[Any]] = {asyncio.ensure_future(w.proc.wait()) for w in self.workers}
+        ready: asyncio.Future[Any] = asyncio.ensure_future(asyncio.gather(*(w.ready for w in self.workers)))
         done, _ = await asyncio.wait({ready, *pending}, return_when=asyncio.FIRST_COMPLETED)
         if ready not in done:  # a worker exited before it listened: its stderr said why
             ready.cancel()

@@ -1,8 +1,9 @@
-"""The mitmproxy addon: options, flow classification and records. Thin by design.
+"""The mitmproxy addon: options, one decision per flow, and records.
 
-The same addon runs inside `retimer` and in `mitmdump -s addons/retimer.py` or mitmweb. A flow
-is re-timed when its request has the shape of an LLM streaming call (any host) and its response
-is a stream an adapter recognises; other streams are streamed through untouched so live
+The same addon runs inside `retimer` and in `mitmdump -s addons/retimer.py` or mitmweb. What a
+flow is comes from the core (`retimer.wire.classify`), once per flow: a stream an adapter reads
+is handed to the pacing bridge with its pacer, a whole LLM answer is held until the profile would
+have finished it (`retimer.timing.whole`), other streams are streamed through untouched so live
 features keep working, and everything else is left to mitmproxy.
 """
 
@@ -12,23 +13,18 @@ import asyncio
 import logging
 import secrets
 import time
+import weakref
 from typing import Any
 
 import numpy as np
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.addons.proxyserver import Proxyserver
 
-from retimer.profile.loader import load_profile
-from retimer.profile.model import Profile, ProfileError, base_profile_name
-from retimer.proxy.bridge import install
-from retimer.proxy.bridge_arrival import TICK_S, kernel_tick_s, waited_s
-from retimer.proxy.flows import (
-    destination_host,
-    is_answer_with_body,
-    is_stream_response,
-    request_body,
-    request_start,
-    stream_record,
-)
+from retimer.profile.model import Profile, ProfileError
+from retimer.profile.settings import ProfileSettings
+from retimer.proxy.bridge import PacingBridge
+from retimer.proxy.bridge.websocket import WebSocketPacing
+from retimer.proxy.flows import destination_host, request_body, request_start, stream_record
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import (
     ARRIVED_KEY,
@@ -40,45 +36,34 @@ from retimer.proxy.hooks import (
     StreamDoneHook,
     StreamStartHook,
 )
-from retimer.proxy.ws_pacing import WebSocketPacing
+from retimer.proxy.patches.arrival import TICK_S, kernel_tick_s, waited_s
 from retimer.records.writer import RecordLog
-from retimer.timing.hold import is_llm_call, timing_line
 from retimer.timing.model import PromptCacheSpec
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.scheduler import NoTiming
 from retimer.timing.strategy import Strategy, parse_strategy
-from retimer.wire.encoding import decoder_for
+from retimer.timing.whole import plan_whole_answer
+from retimer.wire.classify import Treatment, Verdict, classify
+from retimer.wire.encoding import Decoder
 from retimer.wire.hosts import is_llm_host
 from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
-from retimer.wire.protocols import fallback_adapter, find_adapter
 from retimer.wire.protocols.base import Adapter, RequestShape
 from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
+from retimer.wire.whole import timing_line
 
 logger = logging.getLogger("retimer")
-
-
-def build_profile(
-    name: str, ttft: str = "", tps: str = "", jitter: str = "", speed: str = "",
-    thinking: str = "",
-) -> Profile:
-    """The active profile with command-line overrides; errors name the option at fault.
-    No name: cerebras, or frontier's shape when --ttft/--tps set the speed (as in studies)."""
-    return load_profile(base_profile_name(name, ttft, tps)).with_overrides(
-        ttft=ttft or None, tps=tps or None, jitter=jitter or None, speed=speed or None,
-        thinking=thinking or None,
-    )
 
 
 class Retimer:
     """Re-times LLM streams with the configured profile.
 
     Other addons follow its streams through the hooks of `retimer.proxy.hooks`: a stream's
-    start, its end, and every record. Making one installs the pacing bridge into mitmproxy
-    (once per process; `bridge.InternalsMissing` if this mitmproxy lacks what it wraps)."""
+    start, its end, and every record. It paces through `bridge`, the process's pacing bridge
+    (`retimer.proxy.addons.install()` puts it into mitmproxy, after checking its internals)."""
 
-    def __init__(self) -> None:
-        self.bridge = install()  # the process's pacing bridge
+    def __init__(self, bridge: PacingBridge) -> None:
+        self.bridge = bridge
         self.profile: Profile | None = None
         self.seed: int = 0
         self.strategy = Strategy.LIVE
@@ -87,12 +72,14 @@ class Retimer:
         self.streams = 0
         self.log: RecordLog | None = None
         self.active: dict[str, tuple[http.HTTPFlow, StreamPacer]] = {}
-        self.websockets = WebSocketPacing(self.bridge.websockets, self._websocket_turn, self._websocket_done)
+        self.websockets = WebSocketPacing(bridge.websockets, bridge.pool, self._websocket_turn, self._websocket_done)
+        # flows whose response is read whole, and what `classify` said of them at their head
+        self._verdicts: weakref.WeakKeyDictionary[http.HTTPFlow, Verdict] = weakref.WeakKeyDictionary()
         self.drained: asyncio.Event | None = None  # set when shutdown starts (retimer.proxy.safety)
         self.holding_whole = 0  # non-streaming responses being held right now
         self.hooks = HookCaller()  # retimer's own hooks, to the addons that have them
         self.full_passes = FullPasses()  # full GC passes run only while nothing plays
-        self.proxyserver: Any = None  # mitmproxy's, once running: where a request's socket is found
+        self.proxyserver: Proxyserver | None = None  # mitmproxy's, once running: where a request's socket is found
         self.kernel_tick = TICK_S  # how coarsely the kernel times a request's arrival (measured when running)
 
     def load(self, loader: Any) -> None:
@@ -138,10 +125,10 @@ class Retimer:
                       "retimer_speed", "retimer_thinking"}:
             opts = ctx.options
             try:
-                self.profile = build_profile(
+                self.profile = ProfileSettings(
                     opts.retimer_profile, opts.retimer_ttft, opts.retimer_tps, opts.retimer_jitter,
                     opts.retimer_speed, opts.retimer_thinking,
-                )
+                ).build()
             except ProfileError as e:
                 raise exceptions.OptionsError(str(e)) from None
         if "retimer_strategy" in updated:
@@ -169,7 +156,7 @@ class Retimer:
         # full passes only while nothing plays (they pause emission for tens of milliseconds).
         self.full_passes.start()
         self.proxyserver = ctx.master.addons.get("proxyserver")
-        self.bridge.passthrough.proxyserver = self.proxyserver
+        self.bridge.serve(self.proxyserver)
         self.kernel_tick = kernel_tick_s()
 
     def done(self) -> None:
@@ -210,10 +197,10 @@ class Retimer:
             or self.profile is None  # passthrough: held for no time, but recorded
         ):
             return
-        request = flow.request
-        shape = RequestShape(request.method, destination_host(flow), request.path, {}, b"")
-        if not is_llm_call(shape, response.headers.get("content-type", ""),
-                           is_llm_host(destination_host(flow))):
+        verdict = self._verdicts.pop(flow, None)
+        if verdict is None:  # an answer an addon made: it had no head of its own to classify
+            verdict = self._classify(flow)
+        if verdict.treatment is not Treatment.HOLD:
             return
         line = timing_line(response.get_content(strict=False) or b"")
         if line is None:
@@ -221,22 +208,14 @@ class Retimer:
         start = time.monotonic() - max(0.0, time.time() - request_start(flow))
         pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start, flow=flow)
         now = time.monotonic()
-        pacer.feed(line, now)
-        pacer.finish(now)
-        batch = pacer.pop_all()
-        if not any(e.tokens for e in batch):
+        answer = plan_whole_answer(pacer, line, start, now)
+        if answer is None:
             return
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": "non-streaming"}
-        # the body leaves with its last token: TTFT plus a gap per further token
-        tokens = sum(e.tokens for e in batch)
-        timing = pacer.timing
-        due = max(now, start + timing.ttft + sum(timing.gap() for _ in range(tokens - 1)))
-        for e in batch:
-            e.due = due
-        if due > now:
-            await self._hold(due - now)
+        if answer.due > now:
+            await self._hold(answer.due - now)
         end = time.monotonic()
-        pacer.sent(batch, end)
+        answer.left(end)
         self._finished(flow, pacer, end, "complete")
 
     async def _hold(self, seconds: float) -> None:
@@ -255,54 +234,43 @@ class Retimer:
         response = flow.response
         if response is None or flow.websocket is not None:
             return
-        request = flow.request
-        if not is_answer_with_body(flow):
-            if is_stream_response(response):
-                response.stream = True  # a stream is never buffered whole, paced or not
+        verdict = self._classify(flow)
+        treatment = verdict.treatment
+        if treatment is Treatment.HOLD or treatment is Treatment.LEAVE:
+            self._verdicts[flow] = verdict  # for `response`, once the body is read
             return
-        content_type = response.headers.get("content-type", "")
+        response.stream = True  # a stream is never buffered whole, paced or not
+        if treatment is Treatment.STREAM or self.profile is None:
+            if verdict.warning and self.profile is not None:
+                logger.warning(f"retimer: {verdict.warning}")
+            return
+        assert verdict.adapter is not None
+        # a passthrough body goes as it came, encoding and framing included (the bridge counts it)
+        if not self.profile_for(flow).passthrough:
+            _reframe(response, flow.request.http_version)
+        start = time.monotonic() - max(0.0, time.time() - request_start(flow))
+        pacer, index = self._pacer(verdict.adapter, start, verdict.decoder, strategy=self.strategy, flow=flow)
+        flow.metadata[STREAM_KEY] = {"index": index, "protocol": verdict.adapter.name}
+        self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, pacer))
+        self.bridge.pace(flow, pacer, self._finished)
+        self.active[flow.id] = (flow, pacer)
+
+    def _classify(self, flow: http.HTTPFlow) -> Verdict:
+        """What `flow` is (`retimer.wire.classify`), from its request as sent and its response's head."""
+        request = flow.request
+        response = flow.response
+        assert response is not None
+        host = destination_host(flow)
         headers = {k.lower(): v for k, v in request.headers.items()}
         raw = request.raw_content or b""
         body = request_body(flow)
         # adapters see the bytes as sent; they share the flow's one parse when it is of those bytes
         if body.raw == raw:
-            shape = RequestShape.of_body(request.method, destination_host(flow), request.path, headers, body)
+            shape = RequestShape.of_body(request.method, host, request.path, headers, body)
         else:
-            shape = RequestShape(request.method, destination_host(flow), request.path, headers, raw)
-        adapter_cls = find_adapter(shape, content_type)
-        adapter: Adapter | None = adapter_cls() if adapter_cls is not None else None
-        if adapter is None:
-            if not is_stream_response(response):
-                if not is_llm_call(shape, content_type, is_llm_host(destination_host(flow))):
-                    # not ours to hold (a dev server's page, a download, an MCP reply):
-                    # it flows through as it comes, never buffered whole
-                    response.stream = True
-                return
-            response.stream = True  # a stream is never buffered whole, paced or not
-            if not is_llm_host(destination_host(flow)):
-                return
-            adapter = fallback_adapter(content_type)
-            if adapter is None:
-                return
-        response.stream = True
-        if self.profile is None:
-            return
-        decoder = decoder_for(response.headers.get("content-encoding", ""))
-        if decoder is None:
-            logger.warning(
-                f"retimer: unknown content-encoding {response.headers.get('content-encoding')!r} "
-                f"from {destination_host(flow)}; passing the stream through unchanged"
-            )
-            return
-        # a passthrough body goes as it came, encoding and framing included (the bridge counts it)
-        if not self.profile_for(flow).passthrough:
-            _reframe(response, request.http_version)
-        start = time.monotonic() - max(0.0, time.time() - request_start(flow))
-        pacer, index = self._pacer(adapter, start, decoder, strategy=self.strategy, flow=flow)
-        flow.metadata[STREAM_KEY] = {"index": index, "protocol": adapter.name}
-        self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, pacer))
-        self.bridge.pace(flow, pacer, self._finished)
-        self.active[flow.id] = (flow, pacer)
+            shape = RequestShape(request.method, host, request.path, headers, raw)
+        return classify(shape, response.status_code, response.headers.get("content-type", ""),
+                        response.headers.get("content-encoding", ""), is_llm_host(host))
 
     def profile_for(self, flow: http.HTTPFlow | None) -> Profile:
         """The flow's profile: a per-flow choice (a study condition) or the configured one.
@@ -314,7 +282,7 @@ class Retimer:
         return chosen if isinstance(chosen, Profile) else self.profile
 
     def _pacer(
-        self, adapter: Adapter, start: float, decoder: Any = None, *,
+        self, adapter: Adapter, start: float, decoder: Decoder | None = None, *,
         strategy: Strategy = Strategy.LIVE, flow: http.HTTPFlow | None = None,
     ) -> tuple[StreamPacer, int]:
         """A pacer with the next stream index's timing draw (seeded by seed and index).
@@ -340,7 +308,7 @@ class Retimer:
             )
         pacer = StreamPacer(
             adapter, timing, start, passthrough=profile.passthrough, decoder=decoder,
-            strategy=strategy, target_tps=profile.tps,
+            strategy=strategy, target_tps=profile.tps if profile.tps is not None else 0.0,
             expected_tokens=prompt.max_output_tokens if prompt is not None else None,
         )
         return pacer, index

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from retimer.proxy import bridge, patches
 from retimer.proxy.addon import Retimer
+from retimer.proxy.bridge import PacingBridge
+from retimer.proxy.bridge.pacing import check_internals
 from retimer.proxy.cache_addon import ResponseCache
 from retimer.proxy.health import HealthCheck
 from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
 from retimer.proxy.study_addon import Study
+
+
+def install() -> PacingBridge:
+    """Put retimer into mitmproxy, once per process: check the private names it relies on
+    (`patches.InternalsMissing`, one line, before anything changes), install the patches (hook
+    dispatch) and the pacing bridge; return the bridge. Later calls return the same bridge."""
+    check_internals()  # the bridge's names, before the patches change anything
+    patches.install()
+    return bridge.install()
 
 
 def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
@@ -20,5 +32,5 @@ def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
     the cache: it answers the rating page itself), ResponseCache and PacServer, in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
-        retimer = Retimer()
+        retimer = Retimer(install())
     return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), Study(retimer), ResponseCache(), PacServer()]

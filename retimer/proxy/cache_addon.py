@@ -32,10 +32,10 @@ import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 import h11
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
 
 from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
@@ -125,7 +125,7 @@ class ResponseCache:
         self.replay = ReplayServer()
         self._warned_upstream = False
 
-    def load(self, loader: Any) -> None:
+    def load(self, loader: Loader) -> None:
         loader.add_option(
             "retimer_cache", str, "",
             "Response cache directory: identical requests are answered from it with the "
@@ -207,7 +207,7 @@ class ResponseCache:
         if self.store is not None and flow.metadata.get(CACHE_KEY) == "miss":
             pacer.captured = bytearray()
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
         key = flow.metadata.get(CACHE_ENTRY_KEY)
         response = flow.response
         if (

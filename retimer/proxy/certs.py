@@ -14,7 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 CA_FILE = "mitmproxy-ca-cert.pem"
 BUNDLE_FILE = "retimer-ca-bundle.pem"
@@ -59,6 +59,16 @@ def write_bundle(confdir: Path) -> Path:
     return bundle
 
 
+class _Msvcrt(Protocol):
+    """What the CA lock uses of Windows' msvcrt (typeshed declares it on win32 only, so it is
+    imported by name and typed here)."""
+
+    LK_LOCK: int
+    LK_UNLCK: int
+
+    def locking(self, fd: int, mode: int, nbytes: int, /) -> None: ...
+
+
 @contextlib.contextmanager
 def ca_lock(confdir: Path, platform: str = sys.platform) -> Iterator[None]:
     """Held while the CA is checked and made: instances started at once on one empty confdir
@@ -71,7 +81,7 @@ def ca_lock(confdir: Path, platform: str = sys.platform) -> Iterator[None]:
     with open(confdir / LOCK_FILE, "a") as handle:
         fd = handle.fileno()
         if platform == "win32":
-            msvcrt: Any = importlib.import_module("msvcrt")
+            msvcrt: _Msvcrt = importlib.import_module("msvcrt")
             os.lseek(fd, 0, os.SEEK_SET)
             msvcrt.locking(fd, msvcrt.LK_LOCK, 1)
         else:

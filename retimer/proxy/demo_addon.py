@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 from mitmproxy import http
 
@@ -29,7 +28,7 @@ class DemoAddon:
     def __init__(self, profiles: Sequence[Profile], warmup: Profile) -> None:
         self.profiles = list(profiles)
         self.warmup = warmup  # the stream the demo sends itself first, so no pane pays first-use costs
-        self.runs: OrderedDict[str, dict[int, dict[str, Any]]] = OrderedDict()
+        self.runs: OrderedDict[str, dict[int, dict[str, object]]] = OrderedDict()
 
     def request(self, flow: http.HTTPFlow) -> None:
         if flow.request.headers.get(WARMUP_HEADER) == "1":
@@ -47,7 +46,7 @@ class DemoAddon:
         flow.metadata[PROFILE_KEY] = self.profiles[pane]
         flow.metadata[RECORD_KEY] = {"demo_pane": pane, "demo_run": run}
 
-    def retimer_record(self, record: dict[str, Any]) -> None:
+    def retimer_record(self, record: dict[str, object]) -> None:
         pane = record.get("demo_pane")
         if not isinstance(pane, int):
             return
@@ -57,6 +56,6 @@ class DemoAddon:
         while len(self.runs) > KEEP_RUNS:
             self.runs.popitem(last=False)
 
-    def records(self, run: str) -> list[dict[str, Any]]:
+    def records(self, run: str) -> list[dict[str, object]]:
         """The finished streams of one run, by pane."""
         return [r for _, r in sorted(self.runs.get(run, {}).items())]

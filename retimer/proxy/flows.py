@@ -18,7 +18,6 @@ from retimer.profile.model import Profile
 from retimer.proxy.hooks import ARRIVED_KEY, CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
-from retimer.wire.media import is_streamed
 from retimer.wire.request import RequestBody
 
 _bodies: weakref.WeakKeyDictionary[http.HTTPFlow, RequestBody] = weakref.WeakKeyDictionary()
@@ -51,25 +50,9 @@ def destination_url(flow: http.HTTPFlow) -> str:
     return flow.request.pretty_url
 
 
-def is_stream_response(response: http.Response) -> bool:
-    """A response that must be streamed, never buffered whole (paced or not)."""
-    return is_streamed(response.headers.get("content-type", ""))
-
-
-def is_answer_with_body(flow: http.HTTPFlow) -> bool:
-    """A successful response that carries a body: the only kind retimer re-times. Errors
-    (their bodies explain the failure: delaying them helps nobody), 204/205, 304 and answers
-    to HEAD pass as they come."""
-    response = flow.response
-    return (
-        response is not None and 200 <= response.status_code < 300
-        and response.status_code not in (204, 205) and flow.request.method.upper() != "HEAD"
-    )
-
-
 def request_start(flow: http.HTTPFlow) -> float:
     """When the request began (epoch seconds): when mitmproxy read its first bytes, or, when
-    the kernel says they arrived earlier (retimer.proxy.bridge_arrival: they waited for a
+    the kernel says they arrived earlier (retimer.proxy.patches.arrival: they waited for a
     busy event loop), then. TTFT and the record's time count from here."""
     arrived = flow.metadata.get(ARRIVED_KEY)
     started = flow.request.timestamp_start

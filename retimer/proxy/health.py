@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retimer.proxy.pac import addressed_to_proxy
+
+if TYPE_CHECKING:
+    from mitmproxy import http
 
 PATH = "/health"
 HOST = "retimer"
@@ -31,7 +34,7 @@ class HealthCheck:
     def __init__(self, draining: Callable[[], bool] = lambda: False) -> None:
         self.draining = draining
 
-    def request(self, flow: Any) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
         from mitmproxy import http
         from mitmproxy.proxy.mode_specs import RegularMode
 

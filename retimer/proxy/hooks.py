@@ -17,7 +17,7 @@ from mitmproxy import exceptions, http
 from mitmproxy.addonmanager import AddonManager, safecall
 from mitmproxy.hooks import Hook
 
-from retimer.proxy.bridge_hooks import HookTable, invoke_addon_sync
+from retimer.proxy.patches.hooks import HookTable, invoke_addon_sync
 from retimer.timing.pacer import StreamPacer
 
 # flow.metadata keys: who sets each, and what it holds
@@ -68,7 +68,7 @@ class RecordHook(Hook):
 class HookCaller:
     """Triggers retimer's hooks as `AddonManager.trigger` does (in chain order, `safecall` per
     top-level addon: an error is logged and the others run; `AddonHalt` stops the rest), on
-    the addons that have the hook only (`bridge_hooks.HookTable`): mitmproxy's own `trigger`
+    the addons that have the hook only (`patches.hooks.HookTable`): mitmproxy's own `trigger`
     goes through every addon of the chain (about 40) with a context manager each, three times
     a stream, which a burst of new streams waits on (BENCHMARKS.md, "CPU per event")."""
 

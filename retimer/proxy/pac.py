@@ -12,9 +12,12 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retimer.wire.hosts import LLM_HOST_PATTERNS, LLM_HOSTS, allow_hosts
+
+if TYPE_CHECKING:
+    from mitmproxy import http
 
 CONTENT_TYPE = "application/x-ns-proxy-autoconfig"
 PATH = "/proxy.pac"
@@ -97,7 +100,7 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def addressed_to_proxy(host: str, port: int, sockname: tuple[Any, ...]) -> bool:
+def addressed_to_proxy(host: str, port: int, sockname: tuple[str, int] | tuple[str, int, int, int]) -> bool:
     """Whether host:port names the proxy itself, given the local address the client reached."""
     local_ip, local_port = str(sockname[0]), int(sockname[1])
     if port != local_port:
@@ -115,7 +118,7 @@ class PacServer:
     request to itself.
     """
 
-    def request(self, flow: Any) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
         from mitmproxy import ctx, http
         from mitmproxy.proxy.mode_specs import RegularMode
 

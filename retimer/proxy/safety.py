@@ -1,7 +1,7 @@
 """Faults and bounds, as options, and a graceful shutdown. A thin mitmproxy addon.
 
-The work is done in the bridge and the sans-io pacer; this addon turns the options into the
-bridge's `Settings` and runs the shutdown sequence:
+The work is done in the bridge and the sans-io playout; this addon turns the options into the
+playouts' `Settings` and runs the shutdown sequence:
 
 * `retimer_max_stream_buffer` / `retimer_max_total_buffer` (sizes as mitmproxy takes them,
   "16m"): bytes one stream, and all streams together, may keep; past a cap the stream becomes

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mitmproxy.proxy.mode_specs import ProxyMode
+
+if TYPE_CHECKING:
+    from mitmproxy.options import Options
 
 __all__ = ["exposure_error", "exposure_warning", "is_loopback", "listen_hosts", "proxy_auth_error"]
 
@@ -32,11 +35,11 @@ def is_loopback(host: str) -> bool:
         infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     except OSError:
         return False  # unknown: treat as exposed
-    addresses = {info[4][0] for info in infos}
+    addresses = {str(info[4][0]) for info in infos}  # a str for IPv4 and IPv6 (typeshed: or an int)
     return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)
 
 
-def listen_hosts(opts: Any) -> list[str]:
+def listen_hosts(opts: Options) -> list[str]:
     """Every address the proxy will listen on, for the configured modes."""
     hosts: list[str] = []
     for spec in opts.mode:
@@ -51,14 +54,14 @@ def _has_auth(proxyauth: str | None) -> bool:
     return bool(proxyauth) and proxyauth != "any"
 
 
-def _exposed(opts: Any) -> str | None:
+def _exposed(opts: Options) -> str | None:
     for host in listen_hosts(opts):
         if not is_loopback(host):
             return host or "every interface (0.0.0.0)"
     return None
 
 
-def exposure_error(opts: Any, allow_remote: bool) -> str | None:
+def exposure_error(opts: Options, allow_remote: bool) -> str | None:
     """One line saying why this configuration may not start, or None when it may."""
     host = _exposed(opts)
     if host is None:
@@ -72,7 +75,7 @@ def exposure_error(opts: Any, allow_remote: bool) -> str | None:
     return None
 
 
-def exposure_warning(opts: Any) -> str | None:
+def exposure_warning(opts: Options) -> str | None:
     """For mitmdump/mitmweb, which retimer does not start: say when the proxy is exposed."""
     host = _exposed(opts)
     if host is None:

@@ -16,12 +16,13 @@ conversation_id, Responses ids) to the conversation they continue; in memory, or
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
 
 from retimer.profile.loader import load_profile, read_yaml
 from retimer.profile.model import Profile, ProfileError
@@ -29,7 +30,7 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
-from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.proxy.study_state import MemoryState, SharedState, UnitFields
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
 from retimer.study.ratings import (
@@ -77,7 +78,7 @@ class Study:
         path = ctx.options.retimer_study_state
         self.state = SharedState(path) if path else MemoryState()
 
-    def load(self, loader: Any) -> None:
+    def load(self, loader: Loader) -> None:
         loader.add_option("retimer_study", str, "",
                           "Run the study in this STUDY.yaml (needs retimer_participant).")
         loader.add_option("retimer_participant", str, "", "The participant id of this proxy.")
@@ -133,9 +134,9 @@ class Study:
 
     def _unit(
         self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape
-    ) -> dict[str, Any]:
+    ) -> UnitFields:
         key: str | None = None
-        extra: dict[str, Any] = {}
+        conversation: str | None = None
         if design.unit == "participant":
             index = 0
         elif design.unit == "request":
@@ -146,17 +147,20 @@ class Study:
             index = self.state.conversation(key)
             if ident.links:
                 flow.metadata[STUDY_LINK_KEY] = (ident.links, key)
-            extra["conversation"] = design.short_hash(key)
+            conversation = design.short_hash(key)
         condition = design.condition(self.participant, index, key)
-        return {"study": design.name, "participant": self.participant,
-                "condition": condition.name, "unit": index, **extra}
+        fields: UnitFields = {"study": design.name, "participant": self.participant,
+                              "condition": condition.name, "unit": index}
+        if conversation is not None:
+            fields["conversation"] = conversation
+        return fields
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
     def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
         if STUDY_LINK_KEY in flow.metadata and pacer.captured is None:
             pacer.captured = bytearray()  # the response names the ids later turns carry
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, Any]) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
         link = flow.metadata.get(STUDY_LINK_KEY)
         if link is None:
             return
@@ -170,7 +174,7 @@ class Study:
         for linked in response_links(kind, body):
             self.state.link(linked, key)
 
-    def retimer_record(self, record: dict[str, Any]) -> None:
+    def retimer_record(self, record: Mapping[str, object]) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
         if self.design is None or record.get("unit") is None or record.get("study") is None:
             return
@@ -178,10 +182,12 @@ class Study:
                                             "condition", "unit")}
         entry["finished"] = time.strftime("%H:%M:%S")
         entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
-        self.state.add_rateable(record["id"], entry)
+        stream_id = record["id"]
+        assert isinstance(stream_id, str)  # a record's id is its flow's
+        self.state.add_rateable(stream_id, entry)
 
     # -- ratings ---------------------------------------------------------------------------
-    def _latest(self) -> dict[str, Any] | None:
+    def _latest(self) -> dict[str, object] | None:
         return self.state.latest()
 
     def _serve_rating(self, flow: http.HTTPFlow) -> bool:

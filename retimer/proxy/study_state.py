@@ -17,7 +17,7 @@ import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 RATEABLE = 100  # recent streams a page loaded earlier may still rate
 
@@ -31,6 +31,16 @@ CREATE TABLE IF NOT EXISTS rateable (seq INTEGER PRIMARY KEY AUTOINCREMENT, id T
 """
 
 
+class UnitFields(TypedDict):
+    """A study's fields in the records of a unit's requests (retimer.proxy.study_addon)."""
+
+    study: str
+    participant: str
+    condition: str
+    unit: int | None  # the unit's position; None on a request that is not a unit
+    conversation: NotRequired[str]  # unit conversation: the conversation key's keyed hash
+
+
 class MemoryState:
     """The positions of one process's study (a single `retimer study`)."""
 
@@ -38,8 +48,8 @@ class MemoryState:
         self.requests = 0
         self.conversations: dict[str, int] = {}
         self.aliases: dict[str, str] = {}
-        self.latest_unit: dict[str, Any] | None = None
-        self.rateable: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self.latest_unit: UnitFields | None = None
+        self.rateable: OrderedDict[str, dict[str, object]] = OrderedDict()
 
     def next_request(self) -> int:
         """The position of a new request unit (0, 1, 2, ...)."""
@@ -58,23 +68,23 @@ class MemoryState:
     def link(self, linked: str, key: str) -> None:
         self.aliases[linked] = key
 
-    def current(self) -> dict[str, Any] | None:
+    def current(self) -> UnitFields | None:
         """The latest unit's record fields (non-unit requests follow its condition)."""
         return self.latest_unit
 
-    def set_current(self, fields: dict[str, Any]) -> None:
+    def set_current(self, fields: UnitFields) -> None:
         self.latest_unit = fields
 
-    def add_rateable(self, stream_id: str, entry: dict[str, Any]) -> None:
+    def add_rateable(self, stream_id: str, entry: dict[str, object]) -> None:
         self.rateable[stream_id] = entry
         self.rateable.move_to_end(stream_id)
         while len(self.rateable) > RATEABLE:
             self.rateable.popitem(last=False)
 
-    def latest(self) -> dict[str, Any] | None:
+    def latest(self) -> dict[str, object] | None:
         return next(reversed(self.rateable.values())) if self.rateable else None
 
-    def rateable_stream(self, stream_id: str) -> dict[str, Any] | None:
+    def rateable_stream(self, stream_id: str) -> dict[str, object] | None:
         return self.rateable.get(stream_id)
 
 
@@ -122,26 +132,26 @@ class SharedState:
         with self._transaction() as db:
             db.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (linked, key))
 
-    def current(self) -> dict[str, Any] | None:
+    def current(self) -> UnitFields | None:
         row = self.db.execute("SELECT fields FROM current WHERE one = 0").fetchone()
         return json.loads(row[0]) if row else None
 
-    def set_current(self, fields: dict[str, Any]) -> None:
+    def set_current(self, fields: UnitFields) -> None:
         with self._transaction() as db:
             db.execute("INSERT OR REPLACE INTO current VALUES (0, ?)", (json.dumps(fields),))
 
-    def add_rateable(self, stream_id: str, entry: dict[str, Any]) -> None:
+    def add_rateable(self, stream_id: str, entry: dict[str, object]) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM rateable WHERE id = ?", (stream_id,))  # to the end
             db.execute("INSERT INTO rateable (id, entry) VALUES (?, ?)", (stream_id, json.dumps(entry)))
             db.execute("DELETE FROM rateable WHERE seq NOT IN "
                        "(SELECT seq FROM rateable ORDER BY seq DESC LIMIT ?)", (RATEABLE,))
 
-    def latest(self) -> dict[str, Any] | None:
+    def latest(self) -> dict[str, object] | None:
         row = self.db.execute("SELECT entry FROM rateable ORDER BY seq DESC LIMIT 1").fetchone()
         return json.loads(row[0]) if row else None
 
-    def rateable_stream(self, stream_id: str) -> dict[str, Any] | None:
+    def rateable_stream(self, stream_id: str) -> dict[str, object] | None:
         row = self.db.execute("SELECT entry FROM rateable WHERE id = ?", (stream_id,)).fetchone()
         return json.loads(row[0]) if row else None
 

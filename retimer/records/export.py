@@ -12,8 +12,8 @@ the `target_*` columns are the experimenter's view of the condition.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import cast
 
 __all__ = ["COLUMNS", "Log", "csv_cell", "read_log", "rows"]
 
@@ -28,7 +28,7 @@ class Log:
     """The stream records and ratings of a log, and what had to be skipped."""
 
     def __init__(self) -> None:
-        self.streams: list[dict[str, Any]] = []
+        self.streams: list[dict[str, object]] = []  # each has a str `id` and a dict `emitted`
         self.ratings: dict[str, dict[str, int]] = {}  # stream id -> latest score per scale
         self.bad: list[int] = []  # line numbers that are not records
         self.orphans = 0  # ratings of streams not in the log
@@ -38,7 +38,7 @@ def read_log(lines: Iterable[str]) -> Log:
     """Streams (lines without `type`) and ratings (`"type": "rating"`); other types are left
     for other tools; anything unreadable is counted in `bad`."""
     log = Log()
-    ratings: list[dict[str, Any]] = []
+    ratings: list[dict[str, object]] = []  # each has a str `stream`
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -62,17 +62,19 @@ def read_log(lines: Iterable[str]) -> Log:
             log.bad.append(number)
     known = {s["id"] for s in log.streams}
     for r in ratings:  # in file order: a later rating of a scale replaces an earlier one
-        if r["stream"] not in known:
+        stream = r["stream"]
+        assert isinstance(stream, str)  # only such ratings were kept
+        if stream not in known:
             log.orphans += 1
             continue
-        scores = log.ratings.setdefault(r["stream"], {})
+        scores = log.ratings.setdefault(stream, {})
         for scale in ("speed", "quality"):
-            if isinstance(r.get(scale), int) and not isinstance(r.get(scale), bool):
-                scores[scale] = r[scale]
+            if isinstance(value := r.get(scale), int) and not isinstance(value, bool):
+                scores[scale] = value
     return log
 
 
-def csv_cell(value: Any) -> Any:
+def csv_cell(value: object) -> object:
     """A value as R and pandas read it: empty for missing, `true`/`false` for flags."""
     if value is None:
         return ""
@@ -81,14 +83,17 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def rows(log: Log) -> Iterator[dict[str, Any]]:
+def rows(log: Log) -> Iterator[dict[str, object]]:
     """One dict per stream, keyed by COLUMNS, cells ready for csv."""
     for s in log.streams:
-        emitted = s.get("emitted") or {}
-        target = s.get("target") or {}
-        scores = log.ratings.get(s["id"], {})
+        # read_log kept streams whose `emitted` is a dict; `target` is taken to be one too
+        emitted = cast("Mapping[str, object]", s.get("emitted") or {})
+        target = cast("Mapping[str, object]", s.get("target") or {})
+        stream_id = s["id"]
+        assert isinstance(stream_id, str)  # read_log kept only such streams
+        scores = log.ratings.get(stream_id, {})
         row = {
-            "time": s.get("time"), "stream_id": s["id"], "study": s.get("study"),
+            "time": s.get("time"), "stream_id": stream_id, "study": s.get("study"),
             "participant": s.get("participant"), "condition": s.get("condition"),
             "unit": s.get("unit"), "conversation": s.get("conversation"),
             "protocol": s.get("protocol"), "profile": s.get("profile"),

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 _AGO = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*", re.I)
 _AGO_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -33,7 +32,7 @@ class Log:
     """The records of one log file, and how many lines were not records."""
 
     path: Path
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, object]] = field(default_factory=list)  # JSON objects, unchecked
     bad_lines: int = 0
     ratings: int = 0  # rating lines joined to their stream
 
@@ -47,7 +46,7 @@ def read_log(path: str | Path) -> Log:
     except OSError as e:
         raise LogError(f"{path}: cannot read it ({e.strerror})") from None
     log = Log(p)
-    ratings: list[dict[str, Any]] = []
+    ratings: list[dict[str, object]] = []
     for line in text.splitlines():
         if not line.strip():
             continue
@@ -90,7 +89,7 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
     return when.astimezone() if when.tzinfo is None else when
 
 
-def record_time(rec: dict[str, Any]) -> datetime | None:
+def record_time(rec: Mapping[str, object]) -> datetime | None:
     try:
         when = datetime.fromisoformat(str(rec.get("time")))
     except ValueError:
@@ -99,9 +98,9 @@ def record_time(rec: dict[str, Any]) -> datetime | None:
 
 
 def select(
-    records: Iterable[dict[str, Any]], protocol: str = "", host: str = "",
+    records: Iterable[dict[str, object]], protocol: str = "", host: str = "",
     since: datetime | None = None,
-) -> list[dict[str, Any]]:
+) -> list[dict[str, object]]:
     """Records of these protocols (comma-separated names), whose URL contains `host`
     (any case), from `since` on."""
     protocols = {p.strip() for p in protocol.split(",") if p.strip()}

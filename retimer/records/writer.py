@@ -13,8 +13,8 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 logger = logging.getLogger("retimer")
 
@@ -34,7 +34,7 @@ class RecordLog:
         self.lost = 0  # records that could not be written
         self._warned: set[int | None] = set()
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, object]) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         data = line.encode("utf-8")
         with self._lock:

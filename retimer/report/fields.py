@@ -10,26 +10,26 @@ is one line.
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Mapping
 
 # The record fields naming the profile a stream ran, the first present wins: an effective
 # profile (base plus --tps/--ttft/--speed overrides) when records carry one, else the base.
 PROFILE_FIELDS = ("effective_profile", "profile")
 
 
-def num(v: Any) -> float | None:
+def num(v: object) -> float | None:
     """A finite number, or None (booleans are not numbers here)."""
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) \
         and math.isfinite(v) else None
 
 
-def side_value(rec: dict[str, Any], side: str, key: str) -> float | None:
+def side_value(rec: Mapping[str, object], side: str, key: str) -> float | None:
     """`rec[side][key]` as a number: side is target, upstream or emitted (the client's)."""
     part = rec.get(side)
     return num(part.get(key)) if isinstance(part, dict) else None
 
 
-def profile_of(rec: dict[str, Any]) -> str:
+def profile_of(rec: Mapping[str, object]) -> str:
     """The name of the profile the stream ran, "-" when the record has none."""
     for name in PROFILE_FIELDS:
         if rec.get(name):
@@ -37,7 +37,7 @@ def profile_of(rec: dict[str, Any]) -> str:
     return "-"
 
 
-def group_of(rec: dict[str, Any], group_by: str) -> str:
+def group_of(rec: Mapping[str, object], group_by: str) -> str:
     """The report's group of a record: its study condition, or its profile."""
     if group_by == "profile":
         return profile_of(rec)

@@ -11,9 +11,9 @@ the tables (report_tables). Every string from the log is escaped.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from html import escape
-from typing import Any
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def _staircase(t: np.ndarray, n: np.ndarray) -> tuple[list[float], list[float]] 
     return [0.0, *t.tolist()], [0.0, *np.cumsum(n).astype(float).tolist()]
 
 
-def stream_view(number: int, rec: dict[str, Any], group_by: str) -> StreamView:
+def stream_view(number: int, rec: Mapping[str, object], group_by: str) -> StreamView:
     view = StreamView(number, rec, group_of(rec, group_by), profile_of(rec))
     trace = rec.get("trace")
     if not isinstance(trace, dict):
@@ -69,7 +69,7 @@ def _ecdf(values: list[float], label: str, color: int, dashed: bool = False) -> 
                   role="reference" if dashed else "")
 
 
-def _distribution(records: list[dict[str, Any]], groups: list[str], key: str, side_key: str,
+def _distribution(records: Sequence[Mapping[str, object]], groups: list[str], key: str, side_key: str,
                   title: str, unit: str, group_by: str) -> Chart:
     series = []
     for i, g in enumerate(groups):
@@ -87,7 +87,7 @@ def _distribution(records: list[dict[str, Any]], groups: list[str], key: str, si
                  log_x=log_x, note=f"no {key} in the records")
 
 
-def build(records: list[dict[str, Any]], title: str, bad_lines: int = 0,
+def build(records: Sequence[Mapping[str, object]], title: str, bad_lines: int = 0,
           whatif: tuple[str, list[SessionResult]] | None = None) -> Report:
     """The report's data; `whatif` is (what a session is, the sessions at other speeds)."""
     group_by = "condition" if any(r.get("condition") is not None for r in records) else "profile"

@@ -9,7 +9,8 @@ distribution chart its own legend, a page of stream panels one key for all its p
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 from retimer.report.page import MAX_STREAM_CHARTS, stream_chart
 from retimer.report.svgplot import BASE_COLOR, PALETTE, ROLE_COLORS, Chart, fit_text
@@ -17,11 +18,16 @@ from retimer.report.views import Report, StreamView
 from retimer.report.whatif import combined
 from retimer.report.whatif_view import whatif_chart
 
+if TYPE_CHECKING:  # matplotlib is optional: imported when drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
 STREAMS_PER_IMAGE = 24
 PANEL_TITLE_CHARS = 46  # a longer title would run into the next panel's
 # the stream panels' three lines, as svgplot draws them (report.stream_chart's roles)
-STREAM_KEY = (("target schedule", "target", "--"), ("upstream arrivals", "upstream", "-"),
-              ("client received", "client", "-"))
+STREAM_KEY: tuple[tuple[str, str, Literal["--", "-"]], ...] = (
+    ("target schedule", "target", "--"), ("upstream arrivals", "upstream", "-"),
+    ("client received", "client", "-"))
 
 
 class PngUnavailable(Exception):
@@ -33,7 +39,9 @@ def available() -> None:
     _pyplot()
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
+    """matplotlib.pyplot, drawing off-screen. Typed as ModuleType (no annotation names one
+    module), so what it returns is checked where it is used: `_draw`'s Axes, the Figures."""
     try:
         import matplotlib
     except ImportError:
@@ -46,7 +54,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
+def _draw(ax: Axes, chart: Chart, small: bool = False) -> None:
     size = 7 if small else 9
     title = fit_text(chart.title, PANEL_TITLE_CHARS, 1.0) if small else chart.title
     ax.set_title(title, fontsize=size + 1, loc="left")
@@ -84,7 +92,7 @@ def _draw(ax: Any, chart: Chart, small: bool = False) -> None:
                   ncol=2 if len(drawn) > 3 else 1, frameon=False)
 
 
-def distribution_figure(chart: Chart) -> Any:
+def distribution_figure(chart: Chart) -> Figure:
     """One distribution (or bar) chart as a matplotlib Figure, its legend included."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4 if chart.series else 1 + 0.4 * len(chart.bars)))
@@ -92,7 +100,7 @@ def distribution_figure(chart: Chart) -> Any:
     return fig
 
 
-def streams_figure(views: list[StreamView]) -> Any:
+def streams_figure(views: list[StreamView]) -> Figure:
     """Up to STREAMS_PER_IMAGE stream panels in one Figure, with one colour key on top
     for all of them (a key per small panel would hide its lines)."""
     from matplotlib.lines import Line2D

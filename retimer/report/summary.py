@@ -10,10 +10,10 @@ lines out; the HTML escapes them.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 from statistics import median
-from typing import Any
 
 from retimer.report.fields import profile_of, side_value
 
@@ -34,7 +34,7 @@ def _counts(counter: Counter[str]) -> str:
                                                                                      kv[0])))
 
 
-def _vs(records: list[dict[str, Any]], key: str, unit: str, digits: int) -> str:
+def _vs(records: Sequence[Mapping[str, object]], key: str, unit: str, digits: int) -> str:
     pairs = [(got, want) for r in records
              if (got := side_value(r, "emitted", key)) is not None
              and (want := side_value(r, "target", key)) is not None]
@@ -45,7 +45,7 @@ def _vs(records: list[dict[str, Any]], key: str, unit: str, digits: int) -> str:
             f"({len(pairs)} streams with both)")
 
 
-def summary(records: list[dict[str, Any]]) -> list[SummaryLine]:
+def summary(records: Sequence[Mapping[str, object]]) -> list[SummaryLine]:
     """Streams, profiles, TTFT, rate, upstream-bound share: always five lines."""
     outcomes = Counter(str(r.get("outcome") or "unknown") for r in records)
     profiles = Counter(profile_of(r) for r in records)

@@ -8,8 +8,8 @@ URL or many study fields scroll the table, never the page. Every string is escap
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def _ratings(recs: list[dict[str, Any]]) -> str:
+def _ratings(recs: Sequence[Mapping[str, object]]) -> str:
     """Mean of each numeric rating: records may carry `rating` as a number or a mapping."""
     sums: dict[str, list[float]] = {}
     for r in recs:
@@ -70,7 +70,7 @@ def group_table(report: Report) -> str:
     for g in sorted({v.group for v in report.streams}):
         recs = [v.record for v in report.streams if v.group == g]
 
-        def vals(side: str, key: str, recs: list[dict[str, Any]] = recs) -> list[float]:
+        def vals(side: str, key: str, recs: list[Mapping[str, object]] = recs) -> list[float]:
             return [x for r in recs if (x := side_value(r, side, key)) is not None]
         bound = sum(bool(r.get("upstream_bound")) for r in recs)
         targets = sorted({x for x in vals("target", "tps")})

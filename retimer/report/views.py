@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from retimer.report.svgplot import Chart
 from retimer.report.whatif import SessionResult
@@ -14,7 +14,7 @@ class StreamView:
     """One record as the report draws it: its three cumulative-token staircases."""
 
     number: int
-    record: dict[str, Any]
+    record: Mapping[str, object]
     group: str
     profile: str
     target: tuple[list[float], list[float]] | None = None

@@ -13,10 +13,9 @@ time (an error, a cut stream, no tokens, a fallback) keep their recorded wait ev
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 import numpy as np
 
@@ -46,7 +45,7 @@ class Call:
     unmodelled: str = ""  # why the timing model cannot time it ("" = it can)
 
 
-def _reasoning(rec: dict[str, Any]) -> bool:
+def _reasoning(rec: Mapping[str, object]) -> bool:
     for side in ("emitted", "upstream"):
         part = rec.get(side)
         channels = part.get("channels") if isinstance(part, dict) else None
@@ -55,7 +54,7 @@ def _reasoning(rec: dict[str, Any]) -> bool:
     return False
 
 
-def _why_unmodelled(rec: dict[str, Any], tokens: int) -> str:
+def _why_unmodelled(rec: Mapping[str, object], tokens: int) -> str:
     outcome = rec.get("outcome")
     if outcome not in (None, "complete"):
         return f"outcome {outcome}"
@@ -69,7 +68,7 @@ def _why_unmodelled(rec: dict[str, Any], tokens: int) -> str:
     return ""
 
 
-def calls_of(records: Iterable[dict[str, Any]]) -> tuple[list[Call], int]:
+def calls_of(records: Iterable[Mapping[str, object]]) -> tuple[list[Call], int]:
     """The records as calls, and how many were left out (no time or no duration at all)."""
     calls: list[Call] = []
     skipped = 0
@@ -83,7 +82,7 @@ def calls_of(records: Iterable[dict[str, Any]]) -> tuple[list[Call], int]:
         recorded_s = (recorded if recorded is not None else upstream or 0.0) / 1000.0
         upstream_s = (upstream if upstream is not None else recorded or 0.0) / 1000.0
         tokens = side_value(rec, "emitted", "tokens") or side_value(rec, "upstream", "tokens")
-        model = rec.get("model") if isinstance(rec.get("model"), dict) else {}
+        model = m if isinstance(m := rec.get("model"), dict) else {}
         prompt = num(model.get("prompt_tokens"))
         calls.append(Call(
             start=when.timestamp(), recorded_s=max(recorded_s, 0.0),
@@ -96,8 +95,8 @@ def calls_of(records: Iterable[dict[str, Any]]) -> tuple[list[Call], int]:
     return calls, skipped
 
 
-def sessions_of(logs: Sequence[tuple[str, list[dict[str, Any]]]], by: str = "auto"
-                ) -> tuple[str, list[tuple[str, list[dict[str, Any]]]]]:
+def sessions_of(logs: Sequence[tuple[str, list[dict[str, object]]]], by: str = "auto"
+                ) -> tuple[str, list[tuple[str, list[dict[str, object]]]]]:
     """(the grouping used, [(session label, its records)]): a session is a log file, a study
     participant, a conversation, or everything; `auto` takes participants when records
     carry them, else files."""
@@ -108,7 +107,7 @@ def sessions_of(logs: Sequence[tuple[str, list[dict[str, Any]]]], by: str = "aut
         return by, [(name, recs) for name, recs in logs if recs]
     if by == "all":
         return by, [("all", [r for _, recs in logs for r in recs])]
-    groups: dict[str, list[dict[str, Any]]] = {}
+    groups: dict[str, list[dict[str, object]]] = {}
     for _, recs in logs:
         for r in recs:
             key = r.get(by)
@@ -180,7 +179,7 @@ def session_figures(starts: np.ndarray, recorded: np.ndarray, waits: np.ndarray
     return between, Figures(waiting, float(w.sum()), between + waiting)
 
 
-def whatif(label: str, records: list[dict[str, Any]], profiles: Sequence[Profile],
+def whatif(label: str, records: Sequence[Mapping[str, object]], profiles: Sequence[Profile],
            keep_waits: bool = False) -> SessionResult | None:
     """A session's figures: recorded, upstream alone, and per profile (None: no usable call)."""
     calls, skipped = calls_of(records)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from html import escape
-from typing import Any
 
 from retimer.report.svgplot import Chart, render
 from retimer.report.whatif import Figures, SessionResult, combined, start_text
@@ -79,11 +78,11 @@ def whatif_chart(result: SessionResult) -> Chart:
                  bar_base_label=f"between calls: {duration_text(result.between_s)}")
 
 
-def _session_json(r: SessionResult) -> dict[str, Any]:
+def _session_json(r: SessionResult) -> dict[str, object]:
     def fig(f: Figures) -> dict[str, float]:
         return {k: round(v, 3) for k, v in asdict(f).items()}
 
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "session": r.session, "start": start_text(r), "calls": r.calls,
         "timed": r.timed,
         "unmodelled": dict(r.unmodelled), "prompt_unknown": r.prompt_unknown,
@@ -98,7 +97,7 @@ def _session_json(r: SessionResult) -> dict[str, Any]:
     return out
 
 
-def to_json(by: str, results: Sequence[SessionResult]) -> dict[str, Any]:
+def to_json(by: str, results: Sequence[SessionResult]) -> dict[str, object]:
     """The figures for scripts (docs/whatif.md, "JSON")."""
     return {
         "version": JSON_VERSION, "by": by,

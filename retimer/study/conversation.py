@@ -23,8 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from retimer.wire.hosts import is_llm_host
 from retimer.wire.media import AMAZON_EVENT_STREAM, EVENT_STREAM, JSON, NDJSON, TEXT
@@ -84,7 +84,7 @@ def _first_user(items: object) -> object:
     return None
 
 
-def _system(body: dict[str, Any]) -> object:
+def _system(body: Mapping[str, object]) -> object:
     for name in ("system", "instructions", "systemInstruction", "system_instruction"):
         if name in body:
             return body[name]

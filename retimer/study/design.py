@@ -42,11 +42,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-from retimer.profile.model import EXPLICIT_SPEED_BASE
+from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile
 
 __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "StudyError",
            "UNITS", "participant_number", "parse_study", "resolve_conditions", "williams_square"]
@@ -76,10 +75,6 @@ class Condition:
     name: str
     profile: str  # a built-in name/alias or a path (already made relative to the study file)
     overrides: tuple[tuple[str, str], ...] = ()  # (key, value) for ttft/tps/jitter/speed/thinking
-
-
-class _Profile(Protocol):
-    def with_overrides(self, **kw: Any) -> Any: ...
 
 
 def williams_square(n: int) -> list[list[int]]:
@@ -207,7 +202,7 @@ def _show(value: object) -> str:
 
 
 def _choice(
-    data: Mapping[str, Any], key: str, choices: tuple[str, ...], default: str | None
+    data: Mapping[str, object], key: str, choices: tuple[str, ...], default: str | None
 ) -> str:
     value = data.get(key, default)
     if value is None:
@@ -217,13 +212,13 @@ def _choice(
     return str(value)
 
 
-def _unknown(keys: object, known: tuple[str, ...], where: str) -> None:
-    for k in keys:  # type: ignore[attr-defined]
+def _unknown(keys: Iterable[object], known: tuple[str, ...], where: str) -> None:
+    for k in keys:
         if k not in known:
             raise StudyError(f"{where}{k}: unknown key (known: {', '.join(known)})")
 
 
-def _seed(data: Mapping[str, Any]) -> int | str:
+def _seed(data: Mapping[str, object]) -> int | str:
     if "seed" not in data:
         raise StudyError("seed: required: a whole number or a word; it fixes every assignment")
     seed = data["seed"]
@@ -321,11 +316,11 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
 
 
 def resolve_conditions(
-    design: StudyDesign, where: str, load: Callable[[str], _Profile]
-) -> dict[str, Any]:
+    design: StudyDesign, where: str, load: Callable[[str], Profile]
+) -> dict[str, Profile]:
     """Each condition's profile with its overrides (`load` reads a profile by name or path);
     errors name the condition's key."""
-    out: dict[str, Any] = {}
+    out: dict[str, Profile] = {}
     for i, c in enumerate(design.conditions):
         try:
             profile = load(c.profile)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import parse_qsl
 
 __all__ = ["PATH", "SCALES", "RatingError", "parse_rating", "rating_page", "rating_record"]
@@ -28,7 +27,7 @@ class RatingError(ValueError):
 
 def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | None]]:
     """(stream id, {"speed": 1-7 or None, "quality": ...}) from a form or JSON body."""
-    fields: Mapping[str, Any]
+    fields: Mapping[str, object]
     if "json" in content_type.lower():
         try:
             obj = json.loads(body or b"{}")
@@ -63,8 +62,8 @@ def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | N
     return stream, scores
 
 
-def rating_record(stream: Mapping[str, Any], scores: Mapping[str, int | None],
-                  time_iso: str) -> dict[str, Any]:
+def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | None],
+                  time_iso: str) -> dict[str, object]:
     """The log line for a rating of `stream` (that stream's record, or its study fields)."""
     return {
         "type": "rating",
@@ -76,7 +75,7 @@ def rating_record(stream: Mapping[str, Any], scores: Mapping[str, int | None],
     }
 
 
-def latest_json(latest: Mapping[str, Any] | None) -> str:
+def latest_json(latest: Mapping[str, object] | None) -> str:
     """What the page polls: the response to rate now (id, finish time, host), or nulls."""
     if latest is None:
         return json.dumps({"stream": None})
@@ -141,7 +140,7 @@ def _scale(name: str) -> str:
             f"</div></fieldset>")
 
 
-def rating_page(latest: Mapping[str, Any] | None, message: str = "", error: bool = False) -> str:
+def rating_page(latest: Mapping[str, object] | None, message: str = "", error: bool = False) -> str:
     """The page: the latest response's two 1-7 scales (a click on a number saves it)."""
     if latest is None:
         about = "No response has finished yet. This page updates by itself."

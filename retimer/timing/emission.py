@@ -65,6 +65,14 @@ def until_sendable(wake: float, now: float) -> float:
     return max(0.0, wake - WINDOW_S - now)
 
 
+def too_early(wake: float, now: float, draining: bool) -> float | None:
+    """A timer for `wake` fired at `now`: how long to wait on, because nothing can be due yet
+    (see `next_wake`); None: wake the stream now (always, while the proxy drains)."""
+    if now + WINDOW_S < wake and not draining:
+        return until_sendable(wake, now)
+    return None
+
+
 def timer_delay(wake: float, now: float) -> float:
     """How long to sleep to wake in time for `wake`: EARLY_S before it, and LONG_SLEEP_EARLY_S
     earlier still after a sleep longer than LONG_SLEEP_S (epoll rounds up to the millisecond

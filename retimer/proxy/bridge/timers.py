@@ -8,56 +8,65 @@ asks again, at the price of another task and another trip through the layers. So
 stream's connection handler is known (its first wakeup goes the ordinary way, and the wrapped
 `ConnectionHandler.wakeup` names the handler), the bridge arms a loop timer itself: a firing
 that is still early re-arms without touching mitmproxy, and one that is due is first offered to
-the bridge's direct write (`bridge_direct`: body bytes on an HTTP/1 or h2 connection, written
-without the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
+the stream's driver to write directly (`sinks.ClientWriter`: body bytes on an HTTP/1 or h2
+connection, written without the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
 mitmproxy's wakeup task would, routed to the stream through the HTTP layer's `command_sources`
 like any wakeup the stream asked for (registered there only for a wakeup that goes that way).
-Part of the bridge: one of the modules allowed on mitmproxy's internals.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from mitmproxy.proxy import commands, events
+from mitmproxy.proxy.layer import Layer
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.server import ConnectionHandler
 
 from retimer.timing import emission
+from retimer.timing.playout import PlayoutPool
 
 HttpLayer = http_layer.HttpLayer
+Route = tuple[http_layer.HttpLayer, Layer]  # an HTTP layer and its child on the way down to a stream
 
-logger = logging.getLogger(__name__)
+
+class TimedStream(Protocol):
+    """What the timers need of a paced stream (`driver.StreamDriver`)."""
+
+    finished: bool
+    handler: ConnectionHandler | None
+    routes: list[Route] | None
+    wakeups: dict[PacingWakeup, float]
+
+    def wake_direct(self, cmd: PacingWakeup) -> bool: ...
 
 
 class PacingWakeup(commands.RequestWakeup):
     """A wakeup the bridge asked for; recognised (and dropped if stale) on return. `paced` is
-    the stream's PacedFlow, so the wrapped handler wakeup can name the stream's handler."""
+    the stream it wakes, so the wrapped handler wakeup can name the stream's handler."""
 
-    paced: Any = None
+    paced: TimedStream | None = None
+
+
+WakeupMethod = Callable[[ConnectionHandler, commands.RequestWakeup], Coroutine[Any, Any, None]]
 
 
 class DirectTimers:
     """Loop timers for the wakeups of streams whose connection handler is known."""
 
-    def __init__(
-        self, original_wakeup: Callable[..., Any], draining: Callable[[], bool],
-        emit_direct: Callable[[Any, PacingWakeup], bool],
-    ) -> None:
+    def __init__(self, original_wakeup: WakeupMethod, pool: PlayoutPool) -> None:
         self._original_wakeup = original_wakeup
-        self._draining = draining
-        self._emit_direct = emit_direct
+        self._pool = pool
         self._tasks: set[asyncio.Task[Any]] = set()  # deliveries that had to wait for the lock
         self.direct = 0  # wakeups delivered from a loop timer
-        self.written = 0  # of those, handled by the bridge's direct write (bridge_direct)
+        self.written = 0  # of those, written directly by the stream's driver
         self.early = 0  # timer firings still early: re-armed without touching mitmproxy
         self.via_mitmproxy = 0  # wakeups that went through mitmproxy's own task
 
-    async def handler_wakeup(self, handler: Any, request: commands.RequestWakeup) -> None:
+    async def handler_wakeup(self, handler: ConnectionHandler, request: commands.RequestWakeup) -> None:
         """The wrapped `ConnectionHandler.wakeup`: learn a paced stream's handler, then wake."""
         if isinstance(request, PacingWakeup) and request.paced is not None:
             self.via_mitmproxy += 1
@@ -65,34 +74,32 @@ class DirectTimers:
             request.paced = None  # a wakeup cancelled with its connection must not keep the stream
         await self._original_wakeup(handler, request)
 
-    def arm(self, paced: Any, stream: Any, cmd: PacingWakeup, delay: float) -> bool:
+    def arm(self, paced: TimedStream, cmd: PacingWakeup, delay: float) -> bool:
         """Arm a loop timer for `cmd` (False: the handler is not known yet; yield the command)."""
         if paced.handler is None:
             cmd.paced = paced
             return False
-        if paced.routes is None:
-            paced.routes = routes(stream)
-            paced.stream = stream
         asyncio.get_running_loop().call_later(delay, self._fire, paced, cmd)
         return True
 
-    def _fire(self, paced: Any, cmd: PacingWakeup) -> None:
+    def _fire(self, paced: TimedStream, cmd: PacingWakeup) -> None:
         wake = paced.wakeups.get(cmd)
         if paced.finished or wake is None:
             return
-        now = time.monotonic()
-        if now + emission.WINDOW_S < wake and not self._draining():
-            self.early += 1  # nothing can be due yet (see emission.next_wake): wait on
-            asyncio.get_running_loop().call_later(emission.until_sendable(wake, now), self._fire, paced, cmd)
+        wait = emission.too_early(wake, time.monotonic(), self._pool.draining)
+        if wait is not None:
+            self.early += 1  # nothing can be due yet: wait on
+            asyncio.get_running_loop().call_later(wait, self._fire, paced, cmd)
             return
         self.direct += 1
         handler = paced.handler
+        assert handler is not None  # armed only once known
         lock = handler._server_event_lock
         busy = lock.locked() or bool(lock._waiters)
-        if not busy and self._write_directly(paced, cmd):
+        if not busy and paced.wake_direct(cmd):
             self.written += 1
             return
-        for layer, child in paced.routes:  # as the command would have registered on its way up
+        for layer, child in paced.routes or ():  # as the command would have registered on its way up
             layer.command_sources[cmd] = child
         coro = handler.server_event(events.Wakeup(cmd))
         if busy:  # it would wait: let a task take its turn
@@ -107,33 +114,22 @@ class DirectTimers:
         raise RuntimeError("mitmproxy's server_event awaited with its lock free")
 
 
-    def _write_directly(self, paced: Any, cmd: PacingWakeup) -> bool:
-        """The bridge's direct write; a bug there is logged once and the stream goes on the
-        ordinary way (a loop callback that raised would leave the stream without its wake)."""
-        try:
-            return self._emit_direct(paced, cmd)
-        except Exception:
-            logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
-            paced.direct = False
-            return False
 
-
-def routes(stream: Any) -> list[tuple[Any, Any]]:
+def routes(stream: http_layer.HttpStream) -> list[Route]:
     """Every HTTP layer above `stream` with its child on the way down to it (an HTTP proxy's
     CONNECT tunnel nests one HTTP layer in another): each routes a Wakeup by command_sources."""
     layers = stream.context.layers
     return [(la, layers[i + 1]) for i, la in enumerate(layers[:-1]) if isinstance(la, HttpLayer)]
 
 
-def install(draining: Callable[[], bool], emit_direct: Callable[[Any, PacingWakeup], bool]) -> DirectTimers:
-    """Wrap `ConnectionHandler.wakeup` (once per process, by the bridge's install()).
-    `emit_direct` may handle a due wakeup itself (True) instead of mitmproxy's layers."""
-    timers = DirectTimers(ConnectionHandler.wakeup, draining, emit_direct)
+def install(pool: PlayoutPool) -> DirectTimers:
+    """Wrap `ConnectionHandler.wakeup` (once per process, by the bridge's `install()`)."""
+    timers = DirectTimers(ConnectionHandler.wakeup, pool)
 
-    async def wakeup(handler: Any, request: commands.RequestWakeup) -> None:
+    async def wakeup(handler: ConnectionHandler, request: commands.RequestWakeup) -> None:
         await timers.handler_wakeup(handler, request)
 
-    ConnectionHandler.wakeup = wakeup  # type: ignore[method-assign]
+    ConnectionHandler.wakeup = wakeup  # type: ignore[method-assign,assignment]
     return timers
 
 

@@ -12,8 +12,8 @@ once one tick is taken off the age (`kernel_tick_s` measures it at start-up: 4 m
 10 ms, the coarsest, when it cannot). Elsewhere (other systems, UDP, a connection
 the proxy server does not list) nothing is known and the clock starts at mitmproxy's stamp.
 
-Part of the bridge: reads mitmproxy's connection handlers (`Proxyserver.connections`,
-`ConnectionHandler.transports`), so it is one of the modules allowed on its internals.
+One of retimer's patches (`retimer.proxy.patches`): it reads mitmproxy's connection handlers
+(`Proxyserver.connections`, `ConnectionHandler.transports`), which only they and the bridge may.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import socket
 import struct
 import sys
 import time
-from typing import Any
 
+from mitmproxy.addons.proxyserver import Proxyserver
+from mitmproxy.connection import Client
 from mitmproxy.proxy.server import ConnectionHandler
 
-from retimer.proxy.bridge_direct import connection_handler
+from retimer.proxy.patches.connections import connection_handler
 
 TICK_S = 0.010  # the coarsest kernel tick (HZ=100): an age in ticks may be one tick too long
 TICK_WAIT_S = 0.05  # how long kernel_tick_s waits to see the clock tick
@@ -58,14 +59,14 @@ def kernel_tick_s() -> float:
     return TICK_S
 
 
-def waited_s(proxyserver: Any, client_conn: Any, tick_s: float = TICK_S) -> float:
+def waited_s(proxyserver: Proxyserver | None, client_conn: Client, tick_s: float = TICK_S) -> float:
     """Seconds the client's latest bytes surely waited between reaching the kernel and now
     (0.0 when not known, or under a tick of `tick_s`)."""
     if _TCP_INFO is None or proxyserver is None:
         return 0.0
     handler = connection_handler(proxyserver, client_conn)
     io = handler.transports.get(client_conn) if handler is not None else None
-    sock = io.writer.get_extra_info("socket") if io is not None and io.writer is not None else None
+    sock = io.writer.get_extra_info("socket", None) if io is not None and io.writer is not None else None
     if sock is None or sock.type != socket.SOCK_STREAM:
         return 0.0
     try:
@@ -78,6 +79,6 @@ def waited_s(proxyserver: Any, client_conn: Any, tick_s: float = TICK_S) -> floa
     return max(0.0, age_ms / 1000 - tick_s)
 
 
-NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
+NEEDED = {  # what this module relies on, for the start-up check (None: missing)
     "ConnectionHandler.transports": "transports" in getattr(ConnectionHandler, "__annotations__", {}) or None,
 }

@@ -13,7 +13,7 @@ is awaited, and the handler is looked up on the addon when it is called (a repla
 the one called). The addon set is checked on every dispatch: the chain, every registered addon
 (`lookup`, which `register` and `remove` keep: scripts loading and reloading) and the children
 of every addon that has some (a reordered `scripts` option).
-Part of the bridge: one of the modules allowed on mitmproxy's internals.
+One of retimer's patches (`retimer.proxy.patches`), installed by its `install()`.
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ mitmproxy_trigger_event: Callable[..., Any] = AddonManager.trigger_event  # for 
 
 
 def install() -> None:
-    """Put the table-driven dispatch in place of `AddonManager.trigger_event` (once per process,
-    by the bridge's install())."""
+    """Put the table-driven dispatch in place of `AddonManager.trigger_event` (by
+    `retimer.proxy.patches.install()`, once per process: a second call changes nothing)."""
+    if AddonManager.trigger_event is not mitmproxy_trigger_event:
+        return
     tables: weakref.WeakKeyDictionary[AddonManager, HookTable] = weakref.WeakKeyDictionary()
 
     async def trigger_event(manager: AddonManager, event: hooks.Hook) -> None:
@@ -108,10 +110,10 @@ def install() -> None:
             except exceptions.AddonHalt:
                 return
 
-    AddonManager.trigger_event = trigger_event  # type: ignore[method-assign]
+    AddonManager.trigger_event = trigger_event  # type: ignore[method-assign,assignment]
 
 
-NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
+NEEDED = {  # what this module relies on, for the start-up check (None: missing)
     "AddonManager.trigger_event": getattr(AddonManager, "trigger_event", None),
     "AddonManager.invoke_addon": getattr(AddonManager, "invoke_addon", None),
     "AddonManager.chain": "chain" in AddonManager.__init__.__code__.co_names or None,

@@ -1,21 +1,21 @@
-"""The pacing bridge's WebSocket side: while a paced WebSocket still holds messages, the
-server's later events (more data, its close frame, a reset) wait, so none overtakes them.
+"""The order of a paced WebSocket's events: while it still holds messages, the server's later
+events (more data, its close frame, a reset) wait, so none overtakes them.
 
-The messages themselves are paced with public hooks (retimer.proxy.ws_pacing drops each in
+The messages themselves are paced with public hooks (`websocket.WebSocketPacing` drops each in
 `websocket_message` and re-sends it with `inject.websocket`); what needs mitmproxy's internals
-is order, so `bridge.install()` wraps `WebsocketLayer.handle_event` to call `WebSocketOrder.event`.
-With bridge.py, the only code that touches mitmproxy's private internals (`bridge.check_internals`
-checks what this module uses).
+is order, so the bridge's `install()` wraps `WebsocketLayer.handle_event` to call
+`WebSocketOrder.event` (its start-up check covers what this module uses).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from mitmproxy import http
-from mitmproxy.proxy import commands, events
+from mitmproxy.proxy import events
+from mitmproxy.proxy.layer import CommandGenerator
+from mitmproxy.proxy.layers.websocket import WebsocketLayer
 
 
 class CloseFrameScanner:
@@ -74,7 +74,7 @@ class HeldWebSocket:
 class WebSocketOrder:
     """The WebSockets whose server events wait while their messages are held."""
 
-    def __init__(self, original: Callable[..., Any]) -> None:
+    def __init__(self, original: Callable[[WebsocketLayer, events.Event], CommandGenerator[None]]) -> None:
         self._original = original  # mitmproxy's own WebsocketLayer.handle_event
         self._held: dict[str, HeldWebSocket] = {}
 
@@ -88,7 +88,7 @@ class WebSocketOrder:
     def clear(self) -> None:
         self._held.clear()
 
-    def event(self, layer: Any, event: events.Event) -> Generator[commands.Command, Any, None]:
+    def event(self, layer: WebsocketLayer, event: events.Event) -> CommandGenerator[None]:
         held = self._held.get(layer.flow.id)
         if held is None:
             yield from self._original(layer, event)
@@ -106,8 +106,8 @@ class WebSocketOrder:
         yield from self._replay(layer, held)
 
     def _deliver(
-        self, layer: Any, held: HeldWebSocket, event: events.Event
-    ) -> Generator[commands.Command, Any, None]:
+        self, layer: WebsocketLayer, held: HeldWebSocket, event: events.Event
+    ) -> CommandGenerator[None]:
         """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
         the scanner sees the whole stream: a close frame found in it waits at the head of the
         deferred events, behind the messages the same read carried (they get held first)."""
@@ -120,7 +120,7 @@ class WebSocketOrder:
                 event = events.DataReceived(event.connection, event.data[:cut])
         yield from self._original(layer, event)
 
-    def _replay(self, layer: Any, held: HeldWebSocket) -> Generator[commands.Command, Any, None]:
+    def _replay(self, layer: WebsocketLayer, held: HeldWebSocket) -> CommandGenerator[None]:
         # replay what waited once everything held is out (and no hook reply is pending)
         while held.deferred and not layer._paused and not held.holding():
             yield from self._deliver(layer, held, held.deferred.pop(0))

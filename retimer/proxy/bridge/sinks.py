@@ -1,41 +1,44 @@
-"""The pacing bridge's direct writes: a paced stream's timed bytes (and a passthrough stream's
-chunks, as they arrive) straight to its client.
+"""Where a stream's bytes go to its client: one `ClientSink` interface, two ways.
 
-Why (BENCHMARKS.md, "CPU per event"): through mitmproxy, every timed write is a `Wakeup` sent
-down the connection's layer stack to the stream and a `SendHttp` sent back up through the HTTP
-layer, the client's HTTP connection (HTTP/1 chunk framing, or h2 frames and flow control), the
-client's TLS layer (encryption) and the connection handler (the socket write): about ten layer
-calls per write. Once a stream's response head is out, what a body chunk becomes on the wire is
-fixed, so `ClientWriter` does those steps itself in one call, each as mitmproxy's own layer does
-it: frame the chunk as `Http1Server` does, or hand it to the connection's own h2 state machine
-as `Http2Server` does (which keeps flow control: what the window does not allow waits in its
+`LayerSink` sends through mitmproxy's layers: a `SendHttp(ResponseData)` command that the
+stream's generator yields. `ClientWriter` writes straight to the connection. Why (BENCHMARKS.md,
+"CPU per event"): through mitmproxy, every timed write is a `Wakeup` sent down the connection's
+layer stack to the stream and a `SendHttp` sent back up through the HTTP layer, the client's HTTP
+connection (HTTP/1 chunk framing, or h2 frames and flow control), the client's TLS layer
+(encryption) and the connection handler (the socket write): about ten layer calls per write.
+Once a stream's response head is out, what a body chunk becomes on the wire is fixed, so
+`ClientWriter` does those steps itself in one call, each as mitmproxy's own layer does it: frame
+the chunk as `Http1Server` does, or hand it to the connection's own h2 state machine as
+`Http2Server` does (which keeps flow control: what the window does not allow waits in its
 buffer, sent by mitmproxy when the client opens the window); encrypt with the connection's own
 TLS object as the TLS layer does; write to the handler's transport; note the activity for the
 idle watchdog. It is only used where the stack holds nothing else that could touch the
 client's bytes (`client_writer` checks every layer); HTTP/3, unknown layers, a closing transport
-or h2 stream, the end of a stream and every error take the ordinary way. Both ways write
+or h2 stream, the end of a stream and every error take the layers. Both ways write
 synchronously on the one event loop, so their bytes never interleave out of order. A
 passthrough chunk is written while mitmproxy handles the upstream's read, so the handler's
-`drain_writers` after it keeps the backpressure of the ordinary way (`connection_handler`
-finds the handler, as the stream has no wakeup to name it).
-Part of the bridge: one of the modules allowed on mitmproxy's internals.
+`drain_writers` after it keeps the backpressure of the ordinary way.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Protocol
 
-from mitmproxy.addons.proxyserver import Proxyserver
+import mitmproxy_rs
+from mitmproxy.proxy import commands
 from mitmproxy.proxy import layer as layer_mod
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers import modes, tls
-from mitmproxy.proxy.server import ConnectionHandler
+from mitmproxy.proxy.server import ConnectionHandler, TimeoutWatchdog
 from mitmproxy.proxy.tunnel import TunnelState
 from OpenSSL import SSL
 
 HttpLayer = http_layer.HttpLayer
+HttpStream = http_layer.HttpStream
+SendHttp = http_layer.SendHttp
+ResponseData = http_layer.ResponseData
 Http1Server = http_layer.Http1Server
 Http2Server = http_layer.Http2Server
 ClientTLSLayer = tls.ClientTLSLayer
@@ -48,6 +51,32 @@ _PASSING: tuple[type, ...] = (
 )
 
 
+class ClientSink(Protocol):
+    """Takes a response's body bytes for its client, in order."""
+
+    def write(self, data: bytes) -> None: ...
+
+
+class LayerSink:
+    """Body bytes as mitmproxy's own `SendHttp` commands, for the stream's handler to yield
+    (`commands`), through every layer between it and the client."""
+
+    __slots__ = ("_client", "_pending", "_stream_id")
+
+    def __init__(self, stream: HttpStream) -> None:
+        self._stream_id = stream.stream_id
+        self._client = stream.context.client
+        self._pending: list[commands.Command] = []
+
+    def write(self, data: bytes) -> None:
+        self._pending.append(SendHttp(ResponseData(self._stream_id, data), self._client))
+
+    def commands(self) -> Iterator[commands.Command]:
+        """The writes so far, each once."""
+        pending, self._pending = self._pending, []
+        return iter(pending)
+
+
 class ClientWriter:
     """Writes body chunks of one response to its client as mitmproxy's layers would: `frame`
     turns a chunk into the connection's bytes, `is_open` says the stream still takes them."""
@@ -55,11 +84,12 @@ class ClientWriter:
     __slots__ = ("_frame", "_is_open", "_tls", "_watchdog", "_writer")
 
     def __init__(
-        self, writer: Any, ssl_conn: SSL.Connection | None, frame: Callable[[bytes], bytes],
-        is_open: Callable[[], bool], watchdog: Any,
+        self, writer: asyncio.StreamWriter | mitmproxy_rs.Stream, ssl_conn: SSL.Connection | None,
+        frame: Callable[[bytes], bytes], is_open: Callable[[], bool], watchdog: TimeoutWatchdog,
     ) -> None:
         # an asyncio StreamWriter only passes writes on to its transport (others: as they are)
-        self._writer = writer.transport if isinstance(writer, asyncio.StreamWriter) else writer
+        self._writer: asyncio.WriteTransport | mitmproxy_rs.Stream = (
+            writer.transport if isinstance(writer, asyncio.StreamWriter) else writer)
         self._tls = ssl_conn
         self._frame = frame
         self._is_open = is_open
@@ -90,11 +120,11 @@ class ClientWriter:
         self._watchdog.register_activity()
 
 
-def client_writer(stream: Any, handler: Any) -> ClientWriter | None:
+def client_writer(stream: HttpStream, handler: ConnectionHandler) -> ClientWriter | None:
     """A writer for `stream`'s body, or None where only the ordinary way is sure to be right."""
     client = stream.context.client
-    tls_layer: Any = None
-    http: Any = None
+    tls_layer: tls.ClientTLSLayer | None = None
+    http: http_layer.HttpLayer | None = None
     for la in stream.context.layers:
         if isinstance(la, ClientTLSLayer) and la.conn is client and tls_layer is None:
             tls_layer = la
@@ -118,16 +148,7 @@ def client_writer(stream: Any, handler: Any) -> ClientWriter | None:
     return ClientWriter(io.writer, ssl_conn, *frame_is_open, handler.timeout_watchdog)
 
 
-def connection_handler(proxyserver: Any, client_conn: Any) -> ConnectionHandler | None:
-    """The connection handler serving `client_conn` in `proxyserver` (mitmproxy's Proxyserver
-    addon), or None when it does not list it."""
-    if proxyserver is None:
-        return None
-    handler = proxyserver.connections.get(client_conn.id)
-    return handler if isinstance(handler, ConnectionHandler) and handler.client is client_conn else None
-
-
-def _framing(conn: Any, stream_id: int) -> tuple[Callable[[bytes], bytes], Callable[[], bool]] | None:
+def _framing(conn: object, stream_id: int) -> tuple[Callable[[bytes], bytes], Callable[[], bool]] | None:
     """How the client's HTTP connection layer frames a body chunk of `stream_id`, and whether
     the stream is still open for it; None for any other connection (HTTP/3) or state."""
     if type(conn) is Http1Server:
@@ -156,8 +177,8 @@ def _annotated(cls: type, name: str) -> bool | None:
 
 
 NEEDED = {  # what this module relies on, for the bridge's start-up check (None: missing)
-    "Proxyserver.connections": "connections" in getattr(Proxyserver, "__annotations__", {}) or None,
-    "ConnectionHandler.client": _annotated(ConnectionHandler, "client"),
+    "layers.http.SendHttp": getattr(http_layer, "SendHttp", None),
+    "layers.http.ResponseData": getattr(http_layer, "ResponseData", None),
     "Http1Server.response": _annotated(Http1Server, "response"),
     "Http1Server.stream_id": _annotated(Http1Server, "stream_id"),
     "Http2Server.h2_conn": _annotated(Http2Server, "h2_conn"),

@@ -3,8 +3,8 @@ N worker processes listen on one address and the kernel spreads connections amon
 
 mitmproxy opens its listener with `asyncio.start_server(...)` inside
 `AsyncioServerInstance.listen` (mitmproxy/proxy/mode_servers.py) and has no option for
-SO_REUSEPORT; this module wraps that method, so it is one of the bridge modules allowed to touch
-mitmproxy's internals, and checks what it wraps at start-up (`InternalsMissing`, one line).
+SO_REUSEPORT; this module wraps that method (one of retimer's patches, `retimer.proxy.patches`),
+and checks what it wraps at start-up (`InternalsMissing`, one line).
 A worker calls `install()` before the proxy starts; a single `retimer` never does.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from mitmproxy.proxy import mode_servers
 
-from retimer.proxy.bridge import InternalsMissing
+from retimer.proxy.patches import require
 
 
 class NoReusePort(RuntimeError):
@@ -33,18 +33,11 @@ def check_reuse_port() -> None:
 def check_internals() -> None:
     """Fail with one line when mitmproxy no longer opens its listener where this wraps it."""
     server = getattr(mode_servers, "AsyncioServerInstance", None)
-    needed = {
+    require({
         "mode_servers.AsyncioServerInstance": server,
         "AsyncioServerInstance.listen": getattr(server, "listen", None),
         "AsyncioServerInstance.handle_stream": getattr(server, "handle_stream", None),
-    }
-    missing = [name for name, value in needed.items() if value is None]
-    if missing:
-        from mitmproxy.version import VERSION
-
-        raise InternalsMissing(
-            f"mitmproxy {VERSION} lacks {', '.join(missing)}; retimer --workers needs mitmproxy >=12.2.3,<13"
-        )
+    }, "retimer --workers")
 
 
 _installed = False
