@@ -51,11 +51,14 @@ def progress(msg: str) -> None:
     print(f"[bench] {msg}", flush=True)
 
 
-def retimer_proxy(tmp: Path, name: str, *args: str) -> RetimerProxy:
-    """A quiet `retimer` with `args`, its files in tmp/name (one directory per scenario)."""
+def retimer_proxy(tmp: Path, name: str, *args: str, code: Path | None = None) -> RetimerProxy:
+    """A quiet `retimer` with `args`, its files in tmp/name (one directory per scenario);
+    `code`: another checkout's retimer (a git worktree, to compare commits), first on the path."""
     d = tmp / name
     d.mkdir(parents=True, exist_ok=True)
-    return RetimerProxy(d, "--quiet", *args)
+    if code is None:
+        return RetimerProxy(d, "--quiet", *args)
+    return RetimerProxy(d, "--quiet", *args, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
 
 
 def prose(n_tokens: int, seed: int = 0) -> str:

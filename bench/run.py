@@ -54,10 +54,10 @@ def machine() -> dict[str, Any]:
     }
 
 
-def retimer_version() -> str:
-    """The commit under test, marked when retimer/ has uncommitted changes."""
+def retimer_version(checkout: Path = HERE.parent) -> str:
+    """The commit under test (of `checkout`), marked when retimer/ has uncommitted changes."""
     def git(*args: str) -> str:
-        out = subprocess.run(["git", *args], cwd=HERE.parent, capture_output=True, text=True)
+        out = subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True)
         return out.stdout.strip()
 
     commit = git("rev-parse", "--short", "HEAD") or "unknown"

@@ -14,6 +14,10 @@ Every row has a timeout (`--row-timeout`, default `row_timeout`): a row past it 
 (its proxy's workers and the load client killed, both started afresh), reported as timed out,
 and the run goes on with the next row.
 
+To compare commits, `--code DIR` runs the retimer of another checkout (a git worktree) under the
+same harness, and `--workers 2 --streams 200` narrows the run to the rows that matter; run it for
+each checkout in turn.
+
 Writes bench/results/scaling-<time>[-quick].json and scaling-latest.{json,md} (or --results
 DIR) and prints the tables (bench.scaling_report). Nothing here asserts timing.
 """
@@ -33,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -52,7 +56,7 @@ from bench.harness import (
     retimer_proxy,
     stream_spec,
 )
-from bench.run import RESULTS, machine
+from bench.run import RESULTS, machine, retimer_version
 from bench.scaling_report import held, render
 from bench.scenarios import FIDELITY_PROFILE, FORMATS, TTFT, analyse, set_text, warm_and_idle
 from retimer.profile.settings import ProfileSettings
@@ -142,13 +146,14 @@ class Proxy:
     many records it has written."""
 
     def __init__(self, client: Client, fake: FakeLLM, tmp: Path, workers: int, seed: int,
-                 restart: int = 0) -> None:
-        """`restart` > 0: a fresh proxy after a timed-out row, with a record log of its own."""
+                 restart: int = 0, code: Path | None = None) -> None:
+        """`restart` > 0: a fresh proxy after a timed-out row, with a record log of its own;
+        `code`: run another checkout's retimer."""
         args = ("--profile", FIDELITY_PROFILE, "--tps", f"{RATE:g}", "--ttft", TTFT,
                 "--jitter", "0", "--seed", str(seed), "--workers", str(workers))
-        self.workers, self.restart = workers, restart
+        self.workers, self.restart, self.code = workers, restart, code
         name = f"scaling-w{workers}" + (f"-restart{restart}" if restart else "")
-        self.proxy: RetimerProxy = retimer_proxy(tmp, name, *args).start()
+        self.proxy: RetimerProxy = retimer_proxy(tmp, name, *args, code=code).start()
         try:
             self.ready(client, fake, seed)
         except BaseException:
@@ -284,7 +289,7 @@ def idle_pids(proxies: list[Proxy], busy: Proxy) -> list[int]:
 
 
 def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True,
-            row_timeout_s: float | None = None) -> list[dict[str, Any]]:
+            row_timeout_s: float | None = None, code: Path | None = None) -> list[dict[str, Any]]:
     """Every row for every worker count, the proxies taking turns (alternating first). A row
     past its timeout (`row_timeout_s`, else `row_timeout`) is recorded as timed out, its proxy
     and the client replaced, and the run goes on."""
@@ -317,10 +322,10 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True,
                      "its proxy and the client stopped and started afresh")
             fake.clear()
             client = Client()
-            proxies[i] = Proxy(client, fake, tmp, p.workers, seed, restart=p.restart + 1)
+            proxies[i] = Proxy(client, fake, tmp, p.workers, seed, restart=p.restart + 1, code=code)
 
         for w in plan.workers:  # appended one by one: a failed start stops those started
-            proxies.append(Proxy(client, fake, tmp, w, seed))
+            proxies.append(Proxy(client, fake, tmp, w, seed, code=code))
         cases = [(n, SPREAD_S) for n in plan.spread] + [(plan.burst, 0.0)]
         for k, (n, spread) in enumerate(cases):
             turns = range(len(proxies)) if k % 2 == 0 else reversed(range(len(proxies)))
@@ -349,8 +354,19 @@ def main() -> None:
     ap.add_argument("--row-timeout", type=float, metavar="S",
                     help="stop a row after S seconds (default: per row, 3 x its streams' expected "
                     f"span + 50 ms per stream + {ROW_MARGIN_S:g} s)")
+    ap.add_argument("--code", type=Path, metavar="DIR",
+                    help="run the retimer of the checkout in DIR (a git worktree), to compare commits")
+    ap.add_argument("--workers", metavar="N,..", help="only these worker counts (default: the plan's)")
+    ap.add_argument("--streams", metavar="N,..",
+                    help="only these counts of streams started within 1 s, and N streams in one "
+                    "instant for the first (default: the plan's; no refining)")
     args = ap.parse_args()
     plan = QUICK if args.quick else FULL
+    if args.workers:
+        plan = replace(plan, workers=tuple(int(w) for w in args.workers.split(",")))
+    if args.streams:
+        counts = tuple(int(n) for n in args.streams.split(","))
+        plan = replace(plan, spread=counts, burst=counts[0], refine=0)
     started = datetime.now(UTC)
     t0 = time.monotonic()
     res: dict[str, Any] = {"started": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": args.quick,
@@ -359,7 +375,10 @@ def main() -> None:
                            "row_timeout_s": args.row_timeout}
     with tempfile.TemporaryDirectory(prefix="retimer-scaling-") as td:
         res["rows"] = measure(plan, args.seed, Path(td), raw=not args.httpx,
-                              row_timeout_s=args.row_timeout)
+                              row_timeout_s=args.row_timeout, code=args.code)
+    res["code"] = str(args.code or Path(__file__).resolve().parent.parent)
+    if args.code:
+        res["machine"]["retimer"] = f"{retimer_version(args.code)} (from {args.code})"
     res["duration_s"] = time.monotonic() - t0
     res["machine"]["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     markdown = render(res)

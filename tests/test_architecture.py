@@ -222,7 +222,7 @@ SHELL = ("retimer/proxy", "retimer/cli", "retimer/report", "retimer/study", "ret
 # `Any` in the shell, counted: only where a library's own types force it (mitmproxy's option
 # loader, master and hook arguments, a command generator's send type, JSON records). A new one
 # must raise this on purpose, with its reason in the code.
-SHELL_ANY_BUDGET = 51
+SHELL_ANY_BUDGET = 36
 
 
 def any_count(tree: ast.AST) -> int:

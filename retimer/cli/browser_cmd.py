@@ -187,6 +187,7 @@ async def _with_proxy(config: ProxyConfig, opener: Opener) -> None:
     ca = config.confdir / CA_FILE
     m.addons.add(BrowserCompanion(opener, ca, m, config.listen_host))
     profile = addon.profile
+    assert profile is not None  # build_proxy configured it
     from retimer.cli.profiles_cmd import first_token_text, thinking_text
 
     timing = ("as upstream" if profile.passthrough else

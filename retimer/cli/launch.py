@@ -282,6 +282,7 @@ async def _run_with_proxy(config: ProxyConfig, command: list[str], local: bool) 
     ca, bundle = _ca_files(config.confdir)
     if not config.quiet:  # the address without credentials: they never reach the terminal
         paced = "LLM hosts and local model servers" if local else "LLM hosts"
+        assert addon.profile is not None  # build_proxy configured it
         ran = addon.profile.effective_name  # the name plus overrides: what this run plays
         print(f"retimer: {proxy_url(config.listen_host, port)} ({ran}), {paced} "
               f"re-timed; running {' '.join(command)}", file=sys.stderr)

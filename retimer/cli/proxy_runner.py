@@ -7,7 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from retimer.cli.banner import print_banner
 from retimer.cli.cmdline import fail
@@ -15,6 +15,12 @@ from retimer.cli.proxy_options import ProxyConfig, check_port
 
 # retimer's own INFO lines (per-stream notes) reach mitmproxy's log in a process that runs the proxy
 logging.getLogger("retimer").setLevel(logging.INFO)
+
+if TYPE_CHECKING:
+    from mitmproxy.master import Master
+
+    from retimer.cli.liveview import LiveView
+    from retimer.proxy.addon import Retimer
 
 
 async def run_proxy(config: ProxyConfig) -> None:
@@ -25,8 +31,8 @@ async def run_proxy(config: ProxyConfig) -> None:
 
 
 def build_proxy(
-    config: ProxyConfig, out: Any = None, interactive: bool | None = None, check: bool = True
-) -> tuple[Any, Any, Any]:
+    config: ProxyConfig, out: TextIO | None = None, interactive: bool | None = None, check: bool = True
+) -> tuple[Master, Retimer, LiveView]:
     """Check the port and build the mitmproxy master with retimer's addons (in a loop).
 
     Returns (master, Retimer addon, live view); `out`/`interactive` redirect the view.
@@ -110,7 +116,7 @@ def build_proxy(
     return m, addon, view
 
 
-async def serve(m: Any, view: Any) -> None:
+async def serve(m: Master, view: LiveView) -> None:
     """Run the master until SIGINT/SIGTERM or m.shutdown(), with the live view around it."""
     from retimer.proxy.safety import quiet_exit, shutdown_gracefully
 
@@ -131,7 +137,7 @@ async def serve(m: Any, view: Any) -> None:
         view.stop()
 
 
-def bound_port(m: Any) -> int | None:
+def bound_port(m: Master) -> int | None:
     """The port the proxy really listens on (differs from the option with --listen-port 0)."""
     ps = m.addons.get("proxyserver")
     for instance in getattr(ps, "servers", []):
@@ -140,7 +146,7 @@ def bound_port(m: Any) -> int | None:
     return None
 
 
-async def refresh_view(view: Any) -> None:
+async def refresh_view(view: LiveView) -> None:
     """Redraw an interactive live view four times a second (from the loop, never a thread)."""
     while True:
         view.refresh()

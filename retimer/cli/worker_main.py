@@ -18,11 +18,16 @@ import contextlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retimer.cli.proxy_options import ProxyConfig
 from retimer.proxy.hooks import RECORD_KEY
+
+if TYPE_CHECKING:
+    from mitmproxy import http
+    from mitmproxy.master import Master
 
 SNAPSHOT_S = 0.25  # how often the streams in flight go to the parent's live view
 WORKER_KEY = "worker"  # the record field naming the worker (1..N) that served the stream
@@ -48,14 +53,15 @@ class Channel:
 
     name = "retimer_worker_channel"
 
-    def __init__(self, index: int, fd: int, master: Any, active: Any, sends: str = "records,live") -> None:
+    def __init__(self, index: int, fd: int, master: Master, active: Callable[[], list[dict[str, Any]]],
+                 sends: str = "records,live") -> None:
         self.index, self.fd, self.master, self.active = index, fd, master, active
         wanted = set(sends.split(","))
         self.records, self.live = "records" in wanted, "live" in wanted
         self.transport: asyncio.WriteTransport | None = None
         self.ticker: asyncio.Task[None] | None = None
 
-    def request(self, flow: Any) -> None:  # added last: after the study set its fields
+    def request(self, flow: http.HTTPFlow) -> None:  # added last: after the study set its fields
         flow.metadata[RECORD_KEY] = {**flow.metadata.get(RECORD_KEY, {}), WORKER_KEY: self.index}
 
     async def running(self) -> None:

@@ -16,12 +16,13 @@ import time
 import weakref
 from typing import Any
 
-import numpy as np
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.addonmanager import Loader
 from mitmproxy.addons.proxyserver import Proxyserver
 
 from retimer.profile.model import Profile, ProfileError
 from retimer.profile.settings import ProfileSettings
+from retimer.profile.streams import new_stream
 from retimer.proxy.bridge import PacingBridge
 from retimer.proxy.bridge.websocket import WebSocketPacing
 from retimer.proxy.flows import destination_host, request_body, request_start, stream_record
@@ -38,9 +39,7 @@ from retimer.proxy.hooks import (
 )
 from retimer.proxy.patches.arrival import TICK_S, kernel_tick_s, waited_s
 from retimer.records.writer import RecordLog
-from retimer.timing.model import PromptCacheSpec
 from retimer.timing.pacer import StreamPacer
-from retimer.timing.scheduler import NoTiming
 from retimer.timing.strategy import Strategy, parse_strategy
 from retimer.timing.whole import plan_whole_answer
 from retimer.wire.classify import Treatment, Verdict, classify
@@ -48,7 +47,6 @@ from retimer.wire.encoding import Decoder
 from retimer.wire.hosts import is_llm_host
 from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
 from retimer.wire.protocols.base import Adapter, RequestShape
-from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
 from retimer.wire.whole import timing_line
 
@@ -82,7 +80,7 @@ class Retimer:
         self.proxyserver: Proxyserver | None = None  # mitmproxy's, once running: where a request's socket is found
         self.kernel_tick = TICK_S  # how coarsely the kernel times a request's arrival (measured when running)
 
-    def load(self, loader: Any) -> None:
+    def load(self, loader: Loader) -> None:
         loader.add_option(
             "retimer_profile", str, "",
             "Target speed profile: a built-in name or alias (see `retimer profiles`) or a YAML "
@@ -200,13 +198,13 @@ class Retimer:
         verdict = self._verdicts.pop(flow, None)
         if verdict is None:  # an answer an addon made: it had no head of its own to classify
             verdict = self._classify(flow)
-        if verdict.treatment is not Treatment.HOLD:
+        if verdict.treatment is not Treatment.HOLD or verdict.adapter is None:
             return
         line = timing_line(response.get_content(strict=False) or b"")
         if line is None:
             return
         start = time.monotonic() - max(0.0, time.time() - request_start(flow))
-        pacer, index = self._pacer(GenericStreamAdapter("ndjson"), start, flow=flow)
+        pacer, index = self._pacer(verdict.adapter, start, flow=flow)
         now = time.monotonic()
         answer = plan_whole_answer(pacer, line, start, now)
         if answer is None:
@@ -289,29 +287,16 @@ class Retimer:
 
         With `flow`, the request body drives prefill, the prompt cache, context slowdown and
         the reasoning budget, and its max-tokens hint guides the `smooth` strategy."""
-        profile = self.profile_for(flow)
         index = self.streams
         self.streams += 1
-        rng = np.random.default_rng([self.seed, index])
-        prompt = _prompt_of(flow) if flow is not None else None
-        timing: Any = NoTiming()
-        if profile.passthrough and flow is not None and prompt is not None and prompt.known:
-            # its record still says the prompt's size, and what a usual provider cache would
-            # hold of it (PromptCacheSpec's defaults), for `retimer whatif`
-            spec = PromptCacheSpec(discount=0.0)
-            cached = self.prompt_cache.lookup(prompt, time.monotonic(), spec.min_tokens, spec.ttl)
-            flow.metadata[PROMPT_KEY] = (prompt.tokens, cached)
-        if not profile.passthrough:
-            timing = profile.stream_timing(
-                rng, prompt=prompt if prompt is not None and prompt.known else None,
-                cache=self.prompt_cache, now=time.monotonic(),
-            )
-        pacer = StreamPacer(
-            adapter, timing, start, passthrough=profile.passthrough, decoder=decoder,
-            strategy=strategy, target_tps=profile.tps if profile.tps is not None else 0.0,
-            expected_tokens=prompt.max_output_tokens if prompt is not None else None,
+        stream = new_stream(
+            self.profile_for(flow), adapter, start, seed=self.seed, index=index,
+            prompt=_prompt_of(flow) if flow is not None else None, cache=self.prompt_cache,
+            now=time.monotonic(), decoder=decoder, strategy=strategy,
         )
-        return pacer, index
+        if stream.prompt_seen is not None and flow is not None:
+            flow.metadata[PROMPT_KEY] = stream.prompt_seen
+        return stream.pacer, index
 
     # -- WebSocket -------------------------------------------------------------------------
     def websocket_start(self, flow: http.HTTPFlow) -> None:

@@ -24,6 +24,8 @@ import time
 from typing import Any
 
 from mitmproxy import ctx, exceptions
+from mitmproxy.addonmanager import Loader
+from mitmproxy.master import Master
 from mitmproxy.utils import human
 
 from retimer.profile.units import parse_duration
@@ -59,7 +61,7 @@ class Safety:
         self.retimer = retimer  # the Retimer addon whose streams are drained
         self._task: asyncio.Task[None] | None = None
 
-    def load(self, loader: Any) -> None:
+    def load(self, loader: Loader) -> None:
         loader.add_option(
             "retimer_max_stream_buffer", str, "16m",
             "Bytes one paced stream may hold; past it the stream passes through unpaced.",
@@ -116,7 +118,7 @@ class Safety:
             logger.warning(f"retimer: stopping with {left} stream(s) still open (recorded as shutdown)")
         return left
 
-    def shutdown(self, master: Any) -> None:
+    def shutdown(self, master: Master) -> None:
         """A signal handler: the first signal drains then stops; the next stops at once."""
         if self._task is not None:
             master.shutdown()
@@ -143,7 +145,7 @@ def quiet_exit(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(handler)
 
 
-def shutdown_gracefully(master: Any) -> None:
+def shutdown_gracefully(master: Master) -> None:
     """SIGINT/SIGTERM handler for `retimer`: drain through the Safety addon if present."""
     safety = master.addons.get("safety")
     if safety is None:

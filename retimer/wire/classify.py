@@ -14,6 +14,7 @@ from retimer.wire.encoding import Decoder, decoder_for
 from retimer.wire.media import EVENT_STREAM, is_streamed
 from retimer.wire.protocols import fallback_adapter, find_adapter
 from retimer.wire.protocols.base import Adapter, RequestShape
+from retimer.wire.protocols.generic import GenericStreamAdapter
 
 __all__ = ["Treatment", "Verdict", "classify", "is_answer_with_body", "is_llm_call"]
 
@@ -29,7 +30,7 @@ class Treatment(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """`adapter` and `decoder` for PACE; `warning`: why a stream that looked ours is not."""
+    """`adapter` (PACE, HOLD) and `decoder` (PACE); `warning`: why a stream that looked ours is not."""
 
     treatment: Treatment
     adapter: Adapter | None = None
@@ -39,7 +40,6 @@ class Verdict:
 
 _STREAM = Verdict(Treatment.STREAM)
 _LEAVE = Verdict(Treatment.LEAVE)
-_HOLD = Verdict(Treatment.HOLD)
 
 
 def is_llm_call(request: RequestShape, content_type: str, llm_host: bool) -> bool:
@@ -73,7 +73,8 @@ def classify(
         if not streamed:
             if not is_llm_call(request, content_type, llm_host):
                 return _STREAM  # a dev server's page, a download, an MCP reply: never buffered whole
-            return _HOLD if status == 200 else _LEAVE
+            # its tokens are counted over the answer as one NDJSON line (retimer.wire.whole)
+            return Verdict(Treatment.HOLD, GenericStreamAdapter("ndjson")) if status == 200 else _LEAVE
         if not llm_host:
             return _STREAM
         adapter = fallback_adapter(content_type)
