@@ -156,36 +156,42 @@ class StreamDriver(Driver):
         """A due wakeup from the bridge's timers, handled without mitmproxy's layers when all it
         does is write body bytes; False: deliver it the ordinary way (the stream's end, a
         broken upstream, a connection `client_writer` does not write). A bug here is logged
-        once and the stream goes on the ordinary way."""
+        once and the stream goes on the ordinary way. (The hot path: one wake per write.)"""
+        wake: float | None = None
         try:
-            return self._wake_direct(cmd)
+            stream = self.stream
+            assert stream is not None and self.handler is not None  # timers arm only then
+            if not self._looked:
+                self._looked = True
+                self._writer = client_writer(stream, self.handler)
+            out = self._writer
+            if out is None or not out.ready or self._upstream_gone(stream):
+                return False
+            wakeups = self.wakeups
+            wake = wakeups.pop(cmd)
+            playout = self.playout
+            step = playout.step(time.monotonic(), min(wakeups.values(), default=None))
+            if playout.warnings:
+                self._log_warnings(stream)
+            if data := step.data:
+                out.write(data)
+                if self._keep_body is None:  # an option read costs a deepcopy: once per stream
+                    self._keep_body = bool(stream.context.options.store_streamed_bodies)
+                if self._keep_body:
+                    stream.response_body_buf += data
+            if step.end is not None:
+                wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
+                return False
+            if step.wake is not None and self._arm(stream, step) is not None:
+                raise RuntimeError("a stream with a known handler asked for mitmproxy's wakeup")
+            return True
         except Exception:
             logger.exception("retimer: a direct write failed; this stream goes on through mitmproxy")
             self._writer = None
             self._looked = True
+            if wake is not None:
+                self.wakeups.setdefault(cmd, wake)  # the ordinary way delivers this wakeup
             return False
-
-    def _wake_direct(self, cmd: PacingWakeup) -> bool:
-        stream = self.stream
-        assert stream is not None and self.handler is not None  # timers arm only then
-        if not self._looked:
-            self._looked = True
-            self._writer = client_writer(stream, self.handler)
-        out = self._writer
-        if out is None or not out.ready or self._upstream_gone(stream):
-            return False
-        wake = self.wakeups.pop(cmd)
-        step = self.playout.step(time.monotonic(), min(self.wakeups.values(), default=None))
-        if self.playout.warnings:
-            self._log_warnings(stream)
-        if step.data:
-            self._write(out, stream, step.data)
-        if step.end is not None:
-            self.wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
-            return False
-        if step.wake is not None and self._arm(stream, step) is not None:
-            raise RuntimeError("a stream with a known handler asked for mitmproxy's wakeup")
-        return True
 
     def _play(self, stream: HttpStream) -> Commands:
         """One wake through mitmproxy's layers."""
@@ -250,7 +256,7 @@ class StreamDriver(Driver):
         load). A plain proxy would leave that client waiting for its read timeout; a stream that
         retimer keeps alive with SSE comments would wait for ever. So each wake checks."""
         conn = getattr(stream.flow, "server_conn", None)
-        return self.playout.waiting and conn is not None and conn.timestamp_end is not None
+        return conn is not None and conn.timestamp_end is not None and self.playout.waiting
 
 
 def server_error(stream: HttpStream, message: str) -> events.Event:
