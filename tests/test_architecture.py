@@ -25,8 +25,8 @@ MITMPROXY_INTERNALS = ("mitmproxy.proxy.layer", "mitmproxy.proxy.layers", "mitmp
                        "mitmproxy.proxy.events", "mitmproxy.proxy.server", "mitmproxy.proxy.context",
                        "mitmproxy.proxy.tunnel", "mitmproxy.proxy.mode_servers")
 INTERNALS_PACKAGES = ("retimer.proxy.bridge", "retimer.proxy.patches")
-FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "glob", "rglob", "iterdir",
-              "is_file", "is_dir", "exists", "stat", "listdir", "scandir", "walk"}
+FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "glob", "rglob", "iterdir", "mkdir",
+              "is_file", "is_dir", "exists", "stat", "unlink", "listdir", "scandir", "walk", "savefig", "utime"}
 
 
 def module_name(path: Path) -> str:

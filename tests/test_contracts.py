@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_architecture import file_io_calls
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / ".importlinter"
 TOOL = Path(sys.executable).with_name("lint-imports")
@@ -182,23 +184,10 @@ def test_the_core_imports_nothing_by_name_at_run_time() -> None:
     assert found == {}
 
 
-FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "glob", "rglob", "iterdir", "mkdir",
-              "is_file", "is_dir", "exists", "stat", "unlink", "listdir", "scandir", "walk", "savefig", "utime"}
 # the one module outside wire, timing and profile that the forbidden contracts hold and that
 # does file I/O: `retimer report --png DIR` makes DIR and has matplotlib write the PNG files
 # (tests/test_architecture.py holds wire, timing and profile to one loader)
 FEATURE_FILE_WRITERS = {"retimer/report/png.py"}
-
-
-def file_calls(source: str) -> list[int]:
-    lines = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call):
-            f = node.func
-            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
-            if name in FILE_CALLS:
-                lines.append(node.lineno)
-    return lines
 
 
 def test_the_features_held_to_the_core_rule_touch_files_only_in_report_png() -> None:
@@ -206,5 +195,5 @@ def test_the_features_held_to_the_core_rule_touch_files_only_in_report_png() -> 
     features = [p for p in core_sources() if p.relative_to(ROOT).parts[1] not in ("wire", "timing", "profile")]
     assert any(p.name == "entry.py" for p in features) and any(p.parent.name == "study" for p in features)
     found = {rel: lines for p in features
-             if (lines := file_calls(p.read_text(encoding="utf-8"))) and (rel := str(p.relative_to(ROOT)))}
+             if (lines := file_io_calls(ast.parse(p.read_text(encoding="utf-8")))) and (rel := str(p.relative_to(ROOT)))}
     assert found.keys() == FEATURE_FILE_WRITERS, found
