@@ -16,7 +16,7 @@ from typing import Any
 import h11
 import pytest
 
-from retimer.proxy.patches import arrival as bridge_arrival
+from retimer.proxy.patches import arrival
 from tests.inproc_proxy import InProcessProxy
 from tests.stream_bodies import make_openai_stream
 from tests.test_faults import sse_text
@@ -109,12 +109,12 @@ def test_no_socket_no_correction() -> None:
     class Conn:
         id = "not-listed"
 
-    assert bridge_arrival.waited_s(Server(), Conn()) == 0.0
-    assert bridge_arrival.waited_s(None, Conn()) == 0.0
+    assert arrival.waited_s(Server(), Conn()) == 0.0
+    assert arrival.waited_s(None, Conn()) == 0.0
 
 
 @linux_only
 def test_the_kernel_tick_is_measured_and_never_coarser_than_the_coarsest() -> None:
     """The tick taken off a measured age: what this kernel counts in (1-10 ms), seen on loopback."""
-    tick = bridge_arrival.kernel_tick_s()
-    assert 0.001 <= tick <= bridge_arrival.TICK_S
+    tick = arrival.kernel_tick_s()
+    assert 0.001 <= tick <= arrival.TICK_S

@@ -17,7 +17,7 @@ from mitmproxy.test import taddons, tflow
 
 from retimer.proxy.addons import install
 from retimer.proxy.hooks import HookCaller, RecordHook
-from retimer.proxy.patches import hooks as bridge_hooks
+from retimer.proxy.patches import hooks as patched_hooks
 
 install()  # as every retimer process does
 
@@ -74,7 +74,7 @@ class ScriptLike:
 
 
 def dispatch(manager: AddonManager, event: Hook, ours: bool) -> None:
-    trigger = AddonManager.trigger_event if ours else bridge_hooks.mitmproxy_trigger_event
+    trigger = AddonManager.trigger_event if ours else patched_hooks.mitmproxy_trigger_event
     asyncio.run(trigger(manager, event))
 
 
@@ -93,7 +93,7 @@ def both_ways(addons: list[Any], calls: list[str], caplog: pytest.LogCaptureFixt
 
 
 def test_it_is_installed() -> None:
-    assert AddonManager.trigger_event is not bridge_hooks.mitmproxy_trigger_event
+    assert AddonManager.trigger_event is not patched_hooks.mitmproxy_trigger_event
 
 
 def test_the_same_addons_in_the_same_order_with_children_and_async_hooks(caplog: pytest.LogCaptureFixture) -> None:

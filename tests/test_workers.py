@@ -288,16 +288,15 @@ def test_without_so_reuseport_or_the_listener_workers_fail_in_one_line(
 
     from mitmproxy.proxy import mode_servers
 
-    from retimer.proxy.patches import InternalsMissing
-    from retimer.proxy.patches import listen as bridge_listen
+    from retimer.proxy.patches import InternalsMissing, listen
 
     monkeypatch.delattr(socket, "SO_REUSEPORT")
-    with pytest.raises(bridge_listen.NoReusePort, match=r"^--workers: this system has no SO_REUSEPORT"):
-        bridge_listen.reserve_port("127.0.0.1", 0)
+    with pytest.raises(listen.NoReusePort, match=r"^--workers: this system has no SO_REUSEPORT"):
+        listen.reserve_port("127.0.0.1", 0)
     monkeypatch.undo()
     monkeypatch.delattr(mode_servers.AsyncioServerInstance, "listen")
     with pytest.raises(InternalsMissing, match="lacks AsyncioServerInstance.listen"):
-        bridge_listen.check_internals()
+        listen.check_internals()
 
 
 def test_reverse_mode_with_two_workers(tmp_path: Path) -> None:
