@@ -1,4 +1,8 @@
-"""`retimer study STUDY.yaml --participant ID [proxy options]`: the proxy running a study.
+"""`retimer study STUDY.yaml [--participant ID] [proxy options]`: the proxy running a study.
+
+With --participant the proxy is that participant's; without it, each request names its
+participant (the study's header or roster: retimer.study.participants), so one proxy serves a
+whole hosted study.
 
 The conditions set the timing, so --profile, --ttft, --tps, --jitter, --speed and --thinking
 are refused.
@@ -29,17 +33,19 @@ def parser() -> OneLineParser:
     p = proxy_parser()
     p.prog = "retimer study"
     p.description = (
-        "Run the proxy for one participant of a blinded study: each unit (participant, "
-        "conversation or request) gets its condition's timing; records carry study, "
-        "participant, condition and unit. See docs/studies.md."
+        "Run the proxy of a blinded study, for one participant (--participant) or for every "
+        "participant a request names (a header, or a roster of API keys): each unit "
+        "(participant, conversation or request) gets its condition's timing; records carry "
+        "study, participant, condition and unit. See docs/studies.md."
     )
     p.add_argument("study", metavar="STUDY.yaml", help="the study file")
     p.add_argument("--participant", default="", metavar="ID",
-                   help="this participant's id (letters, digits, . _ -)")
+                   help="this proxy's one participant (letters, digits, . _ -); without it "
+                   "each request names its own, by the study's header or roster")
     p.add_argument("--study-state", default="", metavar="PATH",
-                   help="keep the participant's unit positions in this sqlite3 file, shared by "
-                   "every instance of this participant's proxy (behind a load balancer); kept "
-                   "after exit, so a restarted instance goes on where the others are")
+                   help="keep the participants' unit positions in this sqlite3 file, shared by "
+                   "every instance of the study's proxy (behind a load balancer); kept after "
+                   "exit, so a restarted instance goes on where the others are")
     p.add_argument("--plan", type=int, default=0, metavar="N",
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
@@ -60,7 +66,7 @@ def main(argv: list[str]) -> None:
                  f"put it in a condition of {args.study}")
     args.profile, args.ttft, args.tps, args.jitter, args.speed = "cerebras", "", "", "", ""
     args.thinking = ""
-    from retimer.proxy.study_addon import load_study
+    from retimer.proxy.study_addon import load_roster, load_study
 
     try:
         design, _ = load_study(args.study)
@@ -71,23 +77,33 @@ def main(argv: list[str]) -> None:
                 design.check_participant(args.participant)
             print_plan(design, args.participant, args.plan)
             return
-        if not args.participant:
-            raise StudyError("--participant: required (the id of the person using this proxy)")
-        design.check_participant(args.participant)
+        if args.participant:
+            design.check_participant(args.participant)
+            roster = None
+        else:
+            roster = load_roster(design, args.study)
     except StudyError as e:
         fail(str(e))
     config = ProxyConfig.from_args(args)
     proxy = f"http://{config.listen_host}:{config.listen_port}"
-    banner = [
-        f"  study    participant {args.participant} (the study's name and conditions are not shown)"
-    ]
+    if args.participant:
+        banner = [f"  study    participant {args.participant} (the study's name and conditions "
+                  "are not shown)"]
+        rate = f"{proxy}/rate"
+    else:
+        policy = design.participants
+        named = f"the {policy.header} header" + (f" or a roster of {len(roster)} API keys"
+                                                 if roster is not None else "")
+        banner = [f"  study    each request's participant from {named}; requests naming none "
+                  f"are {'refused' if policy.unidentified == 'refuse' else 'passed untimed'}"]
+        rate = f"{proxy}/rate?participant=ID"
     if design.ratings and not config.upstream:
-        banner.append(f"  ratings  {proxy}/rate  (the participant rates the latest "
-                      "response there)")
+        banner.append(f"  ratings  {rate}  (the participant rates the latest response there)")
     config = replace(
         config,
         seed=design.timing_seed(args.participant) if config.seed is None else config.seed,
-        log=config.log or f"retimer-study-{args.participant}.jsonl",  # no study name: it may hint
+        log=config.log or (f"retimer-study-{args.participant}.jsonl" if args.participant
+                           else "retimer-study.jsonl"),  # no study name: it may hint
         study=args.study, participant=args.participant, study_banner=tuple(banner),
         study_state=shared_state(args.study_state),
     )
@@ -106,13 +122,15 @@ def shared_state(path: str) -> str:
     import sqlite3
     from pathlib import Path
 
-    from retimer.proxy.study_state import SharedState
+    from retimer.proxy.study_state import SharedState, StateError
 
     full = Path(path).expanduser().resolve()
     try:
         SharedState(full).close()
     except sqlite3.Error as e:
         fail(f"--study-state: cannot open {path} as a sqlite3 file: {e}")
+    except StateError as e:
+        fail(f"--study-state: {e}")
     return str(full)
 
 

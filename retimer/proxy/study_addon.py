@@ -6,20 +6,27 @@ addon does the pacing and writes the records, which thereby carry study, partici
 condition and unit. Blinding: nothing here touches a response the participant receives (no
 header, no body change); the rating page and the live view say nothing of the condition.
 
-State kept per proxy run (retimer.proxy.study_state): the number of request units so far, each
-conversation's position (first-seen order) and the links from ids a response names (ChatGPT's
-conversation_id, Responses ids) to the conversation they continue; in memory, or with
-`retimer study --workers N` in one sqlite3 file all the run's workers share
+Who: the participant of the proxy (`--participant`), or, when it has none, each request's own
+(retimer.study.participants: a header, or the API key looked up in the study's roster). The
+header never goes upstream. A request naming nobody is refused with a 403 or passed through
+untimed, as the study file says; a malformed id is refused with a 400.
+
+State kept per proxy run and participant (retimer.proxy.study_state): the number of request
+units so far, each conversation's position (first-seen order) and the links from ids a response
+names (ChatGPT's conversation_id, Responses ids) to the conversation they continue; in memory, or
+with `retimer study --workers N` in one sqlite3 file all the run's workers share
 (`retimer_study_state`), so a unit's position never depends on which worker took it.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
@@ -30,9 +37,17 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
-from retimer.proxy.study_state import MemoryState, SharedState, UnitFields
+from retimer.proxy.study_state import MemoryState, SharedState, StateError, UnitFields
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
+from retimer.study.participants import (
+    Identified,
+    Invalid,
+    ParticipantError,
+    Roster,
+    identify,
+    parse_roster,
+)
 from retimer.study.ratings import (
     PATH,
     RatingError,
@@ -58,6 +73,27 @@ def load_study(path: str) -> tuple[StudyDesign, dict[str, Profile]]:
     return design, resolve_conditions(design, path, load_profile)
 
 
+def load_roster(design: StudyDesign, where: str) -> Roster | None:
+    """The study's roster, its keys hashed at once (None without one); errors are one line."""
+    path = design.participants.roster_path
+    if not path:
+        return None
+    file = Path(path).expanduser()
+    label = f"{where}: participants.roster: {path}"
+    if not file.is_file():
+        raise StudyError(f"{label}: no such file")
+    try:
+        if file.suffix.lower() in (".yaml", ".yml"):
+            return parse_roster("", read_yaml(file, path) or {}, design.roster_secret())
+        return parse_roster(file.read_text(encoding="utf-8-sig"), None, design.roster_secret())
+    except (ProfileError, ParticipantError, UnicodeDecodeError, OSError) as e:
+        raise StudyError(f"{label}: {e}") from None
+
+
+log = logging.getLogger(__name__)
+WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
+
+
 class Study:
     """Assigns conditions to flows and serves the rating page.
 
@@ -69,19 +105,27 @@ class Study:
         self.retimer = retimer
         self.design: StudyDesign | None = None
         self.profiles: dict[str, Profile] = {}
-        self.participant = ""
+        self.participant = ""  # the proxy's one participant; empty: each request names its own
+        self.roster: Roster | None = None
+        self.passthrough: Profile | None = None  # for requests naming nobody, policy pass
         self.state: MemoryState | SharedState = MemoryState()
+        self.warned: set[str] = set()
 
     def _reset(self) -> None:
-        if isinstance(self.state, SharedState):
-            self.state.close()
+        self.state.close()
         path = ctx.options.retimer_study_state
-        self.state = SharedState(path) if path else MemoryState()
+        try:
+            self.state = SharedState(path) if path else MemoryState()
+        except StateError as e:
+            self.state = MemoryState()
+            raise exceptions.OptionsError(str(e)) from None
 
     def load(self, loader: Loader) -> None:
         loader.add_option("retimer_study", str, "",
-                          "Run the study in this STUDY.yaml (needs retimer_participant).")
-        loader.add_option("retimer_participant", str, "", "The participant id of this proxy.")
+                          "Run the study in this STUDY.yaml.")
+        loader.add_option("retimer_participant", str, "",
+                          "The participant id of this proxy (empty: each request names its "
+                          "participant, by the study's header or roster).")
         loader.add_option("retimer_study_state", str, "",
                           "A sqlite3 file holding the study's unit positions, shared by the "
                           "workers of `retimer study --workers N` (empty: in memory).")
@@ -90,15 +134,17 @@ class Study:
         if not updated & {"retimer_study", "retimer_participant", "retimer_study_state"}:
             return
         path, participant = ctx.options.retimer_study, ctx.options.retimer_participant
-        self.design, self.profiles, self.participant = None, {}, ""
+        self.design, self.profiles, self.participant, self.roster = None, {}, "", None
         self._reset()
         if not path:
             return
         try:
             design, profiles = load_study(path)
-            if not participant:
-                raise StudyError("--participant: a study needs a participant id")
-            design.check_participant(participant)
+            if participant:
+                design.check_participant(participant)
+            else:
+                self.roster = load_roster(design, path)
+                self.passthrough = load_profile("passthrough")
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
         self.design, self.profiles, self.participant = design, profiles, participant
@@ -112,6 +158,9 @@ class Study:
             return
         if PROFILE_KEY in flow.metadata:
             return
+        participant = self.participant or self._identify(flow, design)
+        if participant is None:
+            return
         req = flow.request
         headers = {k.lower(): v for k, v in req.headers.items()}
         if req.stream:
@@ -120,36 +169,69 @@ class Study:
             shape = RequestShape.of_body(req.method, destination_host(flow), req.path, headers, request_body(flow))
         websocket = req.headers.get("upgrade", "").lower() == "websocket"
         if is_unit_request(shape, websocket):
-            fields = self._unit(flow, design, shape)
-            self.state.set_current(fields)
-        elif (current := self.state.current()) is not None:
+            fields = self._unit(flow, design, shape, participant)
+            self.state.set_current(participant, fields)
+        elif (current := self.state.current(participant)) is not None:
             fields = {**current, "unit": None}
             fields.pop("conversation", None)
         else:
-            condition = design.condition(self.participant, 0)
-            fields = {"study": design.name, "participant": self.participant,
+            condition = design.condition(participant, 0)
+            fields = {"study": design.name, "participant": participant,
                       "condition": condition.name, "unit": None}
+        assert fields["condition"] is not None  # an identified participant's fields name one
         flow.metadata[PROFILE_KEY] = self.profiles[fields["condition"]]
         flow.metadata[RECORD_KEY] = fields
 
+    def _identify(self, flow: http.HTTPFlow, design: StudyDesign) -> str | None:
+        """The request's participant; None when it names nobody usable, after refusing it or
+        marking it to pass through untimed, as the study's policy says."""
+        req = flow.request
+        policy = design.participants
+        headers = {k.lower(): v for k, v in req.headers.items()}
+        who = identify(policy, self.roster, headers, dict(req.query))
+        req.headers.pop(policy.header, None)  # the participant's id never goes upstream
+        if isinstance(who, Identified):
+            try:
+                design.check_participant(who.participant, policy.header)
+                return who.participant
+            except StudyError as e:
+                who = Invalid(str(e))
+        self._warn(who.reason)
+        if isinstance(who, Invalid):
+            flow.response = _refusal(400, who.reason)
+        elif policy.unidentified == "refuse":
+            flow.response = _refusal(403, f"{who.reason}: this study serves its participants only")
+        else:
+            assert self.passthrough is not None  # loaded with the study when there is no --participant
+            flow.metadata[PROFILE_KEY] = self.passthrough
+            flow.metadata[RECORD_KEY] = {"study": design.name, "participant": None,
+                                         "condition": None, "unit": None}
+        return None
+
+    def _warn(self, reason: str) -> None:
+        if reason not in self.warned and len(self.warned) < WARNED:
+            self.warned.add(reason)
+            log.warning(f"retimer study: a request named no participant ({reason})")
+
     def _unit(
-        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape
+        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape, participant: str
     ) -> UnitFields:
         key: str | None = None
         conversation: str | None = None
+        state = self.state
         if design.unit == "participant":
             index = 0
         elif design.unit == "request":
-            index = self.state.next_request()
+            index = state.next_request(participant)
         else:
             ident = conversation_key(shape)
-            key = self.state.alias_of(ident.key)
-            index = self.state.conversation(key)
+            key = state.alias_of(participant, ident.key)
+            index = state.conversation(participant, key)
             if ident.links:
-                flow.metadata[STUDY_LINK_KEY] = (ident.links, key)
+                flow.metadata[STUDY_LINK_KEY] = (ident.links, key, participant)
             conversation = design.short_hash(key)
-        condition = design.condition(self.participant, index, key)
-        fields: UnitFields = {"study": design.name, "participant": self.participant,
+        condition = design.condition(participant, index, key)
+        fields: UnitFields = {"study": design.name, "participant": participant,
                               "condition": condition.name, "unit": index}
         if conversation is not None:
             fields["conversation"] = conversation
@@ -164,7 +246,7 @@ class Study:
         link = flow.metadata.get(STUDY_LINK_KEY)
         if link is None:
             return
-        kind, key = link
+        kind, key, participant = link
         if pacer.captured is not None:
             body = bytes(pacer.captured)
         elif flow.response is not None and not flow.response.stream:
@@ -172,11 +254,12 @@ class Study:
         else:
             return
         for linked in response_links(kind, body):
-            self.state.link(linked, key)
+            self.state.link(participant, linked, key)
 
     def retimer_record(self, record: Mapping[str, object]) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
-        if self.design is None or record.get("unit") is None or record.get("study") is None:
+        participant = record.get("participant")
+        if self.design is None or record.get("unit") is None or not isinstance(participant, str):
             return
         entry = {k: record.get(k) for k in ("id", "stream", "study", "participant",
                                             "condition", "unit")}
@@ -184,11 +267,9 @@ class Study:
         entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
         stream_id = record["id"]
         assert isinstance(stream_id, str)  # a record's id is its flow's
-        self.state.add_rateable(stream_id, entry)
+        self.state.add_rateable(participant, stream_id, entry)
 
     # -- ratings ---------------------------------------------------------------------------
-    def _latest(self) -> dict[str, object] | None:
-        return self.state.latest()
 
     def _serve_rating(self, flow: http.HTTPFlow) -> bool:
         """Answer GET/POST http://<proxy>/rate; False for any other request."""
@@ -203,21 +284,35 @@ class Study:
         if not addressed_to_proxy(req.host, req.port, sockname):
             return False
         wants_json = "json" in req.headers.get("accept", "")
+        participant, query = self.participant, ""
+        if not participant:  # many participants: the page's address names one
+            participant = req.query.get("participant", "")
+            query = urlencode({"participant": participant})
+            assert self.design is not None
+            try:
+                self.design.check_participant(participant, "participant")
+            except StudyError as e:
+                message = f"{e}: open {PATH}?participant=ID" if not participant else str(e)
+                flow.response = _response(400, _json_error(message) if wants_json else
+                                          rating_page(None, message, True), json_body=wants_json)
+                return True
+        latest = self.state.latest(participant)
         if req.method == "GET":
             if "latest" in req.query:
-                flow.response = _response(200, latest_json(self._latest()), json_body=True)
+                flow.response = _response(200, latest_json(latest), json_body=True)
             else:
-                flow.response = _response(200, rating_page(self._latest()))
+                flow.response = _response(200, rating_page(latest, query=query))
             return True
-        status, message = self._rate(flow)
+        status, message = self._rate(flow, participant)
         if wants_json:
             body = '{"ok": true}' if status == 200 else _json_error(message)
             flow.response = _response(status, body, json_body=True)
         else:
-            flow.response = _response(status, rating_page(self._latest(), message, status != 200))
+            page = rating_page(self.state.latest(participant), message, status != 200, query)
+            flow.response = _response(status, page)
         return True
 
-    def _rate(self, flow: http.HTTPFlow) -> tuple[int, str]:
+    def _rate(self, flow: http.HTTPFlow, participant: str) -> tuple[int, str]:
         req = flow.request
         origin = req.headers.get("origin")
         if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
@@ -229,7 +324,7 @@ class Study:
                                              req.headers.get("content-type", ""))
         except RatingError as e:
             return 400, str(e)
-        stream = self.state.rateable_stream(stream_id)
+        stream = self.state.rateable_stream(participant, stream_id)
         if stream is None:
             return 409, "that response is no longer known: reload the page"
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
@@ -238,9 +333,15 @@ class Study:
 
 
 def _json_error(message: str) -> str:
-    import json
-
     return json.dumps({"ok": False, "error": message})
+
+
+def _refusal(status: int, message: str) -> http.Response:
+    """An API-shaped error (OpenAI's and Anthropic's clients show `error.message`)."""
+    body = json.dumps({"type": "error", "error": {"type": "retimer_study", "message":
+                                                  f"retimer study: {message}"}})
+    return http.Response.make(status, body.encode("utf-8"), {
+        "content-type": "application/json", "cache-control": "no-store"})
 
 
 def _response(status: int, body: str, json_body: bool = False) -> http.Response:

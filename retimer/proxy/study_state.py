@@ -1,6 +1,6 @@
-"""Where a study proxy keeps its unit positions: the request counter, each conversation's
-position, the ids that link a later turn to its conversation, the latest unit's fields, and the
-streams the rating page may offer.
+"""Where a study proxy keeps its unit positions, per participant: the request counter, each
+conversation's position, the ids that link a later turn to its conversation, the latest unit's
+fields, and the streams the rating page may offer.
 
 One process keeps them in memory (`MemoryState`, the default). With `retimer study --workers N`
 every worker must agree whichever of them took a connection, so they share one small sqlite3
@@ -19,30 +19,39 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-RATEABLE = 100  # recent streams a page loaded earlier may still rate
+RATEABLE = 100  # recent streams per participant a page loaded earlier may still rate
+VERSION = 2  # PRAGMA user_version of a SharedState file: 2 keys everything by participant
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS conversations (key TEXT PRIMARY KEY, idx INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS aliases (link TEXT PRIMARY KEY, key TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS current (one INTEGER PRIMARY KEY CHECK (one = 0), fields TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (participant TEXT NOT NULL, name TEXT NOT NULL,
+                                     value INTEGER NOT NULL, PRIMARY KEY (participant, name));
+CREATE TABLE IF NOT EXISTS conversations (participant TEXT NOT NULL, key TEXT NOT NULL,
+                                          idx INTEGER NOT NULL, PRIMARY KEY (participant, key));
+CREATE TABLE IF NOT EXISTS aliases (participant TEXT NOT NULL, link TEXT NOT NULL,
+                                    key TEXT NOT NULL, PRIMARY KEY (participant, link));
+CREATE TABLE IF NOT EXISTS current (participant TEXT PRIMARY KEY, fields TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS rateable (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
-                                     entry TEXT NOT NULL);
+                                     participant TEXT NOT NULL, entry TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS rateable_by_participant ON rateable (participant, seq);
 """
+
+
+class StateError(Exception):
+    """A --study-state file that cannot be used; str() is one line."""
 
 
 class UnitFields(TypedDict):
     """A study's fields in the records of a unit's requests (retimer.proxy.study_addon)."""
 
     study: str
-    participant: str
-    condition: str
+    participant: str | None  # None: a request that named no participant, passed through
+    condition: str | None
     unit: int | None  # the unit's position; None on a request that is not a unit
     conversation: NotRequired[str]  # unit conversation: the conversation key's keyed hash
 
 
-class MemoryState:
-    """The positions of one process's study (a single `retimer study`)."""
+class _Positions:
+    """One participant's positions in memory."""
 
     def __init__(self) -> None:
         self.requests = 0
@@ -51,41 +60,64 @@ class MemoryState:
         self.latest_unit: UnitFields | None = None
         self.rateable: OrderedDict[str, dict[str, object]] = OrderedDict()
 
-    def next_request(self) -> int:
-        """The position of a new request unit (0, 1, 2, ...)."""
-        index = self.requests
-        self.requests += 1
+
+class MemoryState:
+    """The positions of one process's study (a single `retimer study`)."""
+
+    def __init__(self) -> None:
+        self.people: dict[str, _Positions] = {}
+        self.streams: dict[str, str] = {}  # rateable stream id -> its participant
+
+    def _of(self, participant: str) -> _Positions:
+        if (p := self.people.get(participant)) is None:
+            p = self.people[participant] = _Positions()
+        return p
+
+    def next_request(self, participant: str) -> int:
+        """The position of the participant's new request unit (0, 1, 2, ...)."""
+        p = self._of(participant)
+        index = p.requests
+        p.requests += 1
         return index
 
-    def conversation(self, key: str) -> int:
-        """The position of conversation `key`, in first-seen order."""
-        return self.conversations.setdefault(key, len(self.conversations))
+    def conversation(self, participant: str, key: str) -> int:
+        """The position of the participant's conversation `key`, in first-seen order."""
+        convs = self._of(participant).conversations
+        return convs.setdefault(key, len(convs))
 
-    def alias_of(self, ident: str) -> str:
+    def alias_of(self, participant: str, ident: str) -> str:
         """The conversation an id names (a linked id), else the id itself."""
-        return self.aliases.get(ident, ident)
+        return self._of(participant).aliases.get(ident, ident)
 
-    def link(self, linked: str, key: str) -> None:
-        self.aliases[linked] = key
+    def link(self, participant: str, linked: str, key: str) -> None:
+        self._of(participant).aliases[linked] = key
 
-    def current(self) -> UnitFields | None:
-        """The latest unit's record fields (non-unit requests follow its condition)."""
-        return self.latest_unit
+    def current(self, participant: str) -> UnitFields | None:
+        """The participant's latest unit's record fields (their other requests follow it)."""
+        return self._of(participant).latest_unit
 
-    def set_current(self, fields: UnitFields) -> None:
-        self.latest_unit = fields
+    def set_current(self, participant: str, fields: UnitFields) -> None:
+        self._of(participant).latest_unit = fields
 
-    def add_rateable(self, stream_id: str, entry: dict[str, object]) -> None:
-        self.rateable[stream_id] = entry
-        self.rateable.move_to_end(stream_id)
-        while len(self.rateable) > RATEABLE:
-            self.rateable.popitem(last=False)
+    def add_rateable(self, participant: str, stream_id: str, entry: dict[str, object]) -> None:
+        rateable = self._of(participant).rateable
+        rateable[stream_id] = entry
+        rateable.move_to_end(stream_id)
+        self.streams[stream_id] = participant
+        while len(rateable) > RATEABLE:
+            old, _ = rateable.popitem(last=False)
+            self.streams.pop(old, None)
 
-    def latest(self) -> dict[str, object] | None:
-        return next(reversed(self.rateable.values())) if self.rateable else None
+    def latest(self, participant: str) -> dict[str, object] | None:
+        rateable = self._of(participant).rateable
+        return next(reversed(rateable.values())) if rateable else None
 
-    def rateable_stream(self, stream_id: str) -> dict[str, object] | None:
-        return self.rateable.get(stream_id)
+    def rateable_stream(self, participant: str, stream_id: str) -> dict[str, object] | None:
+        """The participant's stream `stream_id`, if it may still be rated (never another's)."""
+        return self._of(participant).rateable.get(stream_id)
+
+    def close(self) -> None:
+        pass
 
 
 class SharedState:
@@ -93,10 +125,18 @@ class SharedState:
 
     def __init__(self, path: str | Path) -> None:
         self.db = sqlite3.connect(str(Path(path).expanduser()), timeout=30, isolation_level=None)
-        with self._transaction():
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    self.db.execute(statement)
+        with self._transaction() as db:
+            (version,) = db.execute("PRAGMA user_version").fetchone()
+            (tables,) = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()
+            if version == VERSION or not tables:
+                for statement in SCHEMA.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version = {VERSION}")
+        if version != VERSION and tables:
+            self.db.close()
+            raise StateError(f"{path}: made by an older retimer (state version {version}); "
+                             f"give a new --study-state file")
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -108,51 +148,61 @@ class SharedState:
             raise
         self.db.execute("COMMIT")
 
-    def next_request(self) -> int:
+    def next_request(self, participant: str) -> int:
         with self._transaction() as db:
-            row = db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone()
+            row = db.execute("SELECT value FROM counters WHERE participant = ? AND name = "
+                             "'requests'", (participant,)).fetchone()
             index = row[0] if row else 0
-            db.execute("INSERT OR REPLACE INTO counters VALUES ('requests', ?)", (index + 1,))
+            db.execute("INSERT OR REPLACE INTO counters VALUES (?, 'requests', ?)",
+                       (participant, index + 1))
         return int(index)
 
-    def conversation(self, key: str) -> int:
+    def conversation(self, participant: str, key: str) -> int:
         with self._transaction() as db:
-            row = db.execute("SELECT idx FROM conversations WHERE key = ?", (key,)).fetchone()
+            row = db.execute("SELECT idx FROM conversations WHERE participant = ? AND key = ?",
+                             (participant, key)).fetchone()
             if row:
                 return int(row[0])
-            (index,) = db.execute("SELECT COUNT(*) FROM conversations").fetchone()
-            db.execute("INSERT INTO conversations VALUES (?, ?)", (key, index))
+            (index,) = db.execute("SELECT COUNT(*) FROM conversations WHERE participant = ?",
+                                  (participant,)).fetchone()
+            db.execute("INSERT INTO conversations VALUES (?, ?, ?)", (participant, key, index))
         return int(index)
 
-    def alias_of(self, ident: str) -> str:
-        row = self.db.execute("SELECT key FROM aliases WHERE link = ?", (ident,)).fetchone()
+    def alias_of(self, participant: str, ident: str) -> str:
+        row = self.db.execute("SELECT key FROM aliases WHERE participant = ? AND link = ?",
+                              (participant, ident)).fetchone()
         return str(row[0]) if row else ident
 
-    def link(self, linked: str, key: str) -> None:
+    def link(self, participant: str, linked: str, key: str) -> None:
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?)", (linked, key))
+            db.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?, ?)", (participant, linked, key))
 
-    def current(self) -> UnitFields | None:
-        row = self.db.execute("SELECT fields FROM current WHERE one = 0").fetchone()
+    def current(self, participant: str) -> UnitFields | None:
+        row = self.db.execute("SELECT fields FROM current WHERE participant = ?",
+                              (participant,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def set_current(self, fields: UnitFields) -> None:
+    def set_current(self, participant: str, fields: UnitFields) -> None:
         with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO current VALUES (0, ?)", (json.dumps(fields),))
+            db.execute("INSERT OR REPLACE INTO current VALUES (?, ?)", (participant, json.dumps(fields)))
 
-    def add_rateable(self, stream_id: str, entry: dict[str, object]) -> None:
+    def add_rateable(self, participant: str, stream_id: str, entry: dict[str, object]) -> None:
         with self._transaction() as db:
             db.execute("DELETE FROM rateable WHERE id = ?", (stream_id,))  # to the end
-            db.execute("INSERT INTO rateable (id, entry) VALUES (?, ?)", (stream_id, json.dumps(entry)))
-            db.execute("DELETE FROM rateable WHERE seq NOT IN "
-                       "(SELECT seq FROM rateable ORDER BY seq DESC LIMIT ?)", (RATEABLE,))
+            db.execute("INSERT INTO rateable (id, participant, entry) VALUES (?, ?, ?)",
+                       (stream_id, participant, json.dumps(entry)))
+            db.execute("DELETE FROM rateable WHERE participant = ? AND seq NOT IN (SELECT seq "
+                       "FROM rateable WHERE participant = ? ORDER BY seq DESC LIMIT ?)",
+                       (participant, participant, RATEABLE))
 
-    def latest(self) -> dict[str, object] | None:
-        row = self.db.execute("SELECT entry FROM rateable ORDER BY seq DESC LIMIT 1").fetchone()
+    def latest(self, participant: str) -> dict[str, object] | None:
+        row = self.db.execute("SELECT entry FROM rateable WHERE participant = ? ORDER BY seq DESC "
+                              "LIMIT 1", (participant,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def rateable_stream(self, stream_id: str) -> dict[str, object] | None:
-        row = self.db.execute("SELECT entry FROM rateable WHERE id = ?", (stream_id,)).fetchone()
+    def rateable_stream(self, participant: str, stream_id: str) -> dict[str, object] | None:
+        row = self.db.execute("SELECT entry FROM rateable WHERE participant = ? AND id = ?",
+                              (participant, stream_id)).fetchone()
         return json.loads(row[0]) if row else None
 
     def close(self) -> None:

@@ -15,6 +15,10 @@ Schema (one-line errors name the key)::
     block_size: 2                  # optional: units per condition before switching (default 1)
     participant_ids: numbered      # optional: any (default) | numbered
     ratings: true                  # optional: serve the rating page /rate (default false)
+    participants:                  # optional: one proxy, many participants (participants.py)
+      header: X-Retimer-Participant
+      roster: roster.csv
+      unidentified: refuse         # refuse | pass
     conditions:                    # required: at least two, names unique
       - name: fast                 # slug
         profile: cerebras          # a built-in name/alias or a YAML path (relative to the study)
@@ -46,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile
+from retimer.study.participants import ParticipantError, ParticipantPolicy, parse_participants
 
 __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "StudyError",
            "UNITS", "participant_number", "parse_study", "resolve_conditions", "williams_square"]
@@ -55,7 +60,7 @@ COUNTERBALANCING = ("none", "latin-square")
 PARTICIPANT_IDS = ("any", "numbered")
 OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")
 TOP_KEYS = ("name", "description", "seed", "unit", "counterbalancing", "block_size",
-            "participant_ids", "ratings", "conditions")
+            "participant_ids", "ratings", "participants", "conditions")
 CONDITION_KEYS = ("name", "profile", *OVERRIDE_KEYS)
 DEFAULT_BASE = EXPLICIT_SPEED_BASE  # a condition given only by ttft and tps: as on the CLI
 _SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -116,6 +121,7 @@ class StudyDesign:
     participant_ids: str = "any"
     ratings: bool = False
     description: str = ""
+    participants: ParticipantPolicy = ParticipantPolicy()  # a many-participant proxy's rules
 
     # -- the keyed hash ------------------------------------------------------------------
     def _key(self) -> bytes:
@@ -142,13 +148,17 @@ class StudyDesign:
         label = self._order("conditions", n)
         return [[label[x] for x in base[r]] for r in self._order("rows", len(base))]
 
-    def check_participant(self, participant: str) -> None:
+    def check_participant(self, participant: str, where: str = "--participant") -> None:
         if not _PARTICIPANT.fullmatch(participant):
-            raise StudyError(f"--participant: expected letters, digits, '.', '_' or '-' "
-                             f"(at most 64), got {participant!r}")
+            raise StudyError(f"{where}: expected letters, digits, '.', '_' or '-' "
+                             f"(at most 64), got {_show(participant)}")
         if self.participant_ids == "numbered" and participant_number(participant) is None:
-            raise StudyError(f"--participant: study '{self.name}' has participant_ids: numbered; "
-                             f"expected an id ending in a number like P07, got {participant!r}")
+            raise StudyError(f"{where}: study '{self.name}' has participant_ids: numbered; "
+                             f"expected an id ending in a number like P07, got {_show(participant)}")
+
+    def roster_secret(self) -> bytes:
+        """The key of the roster's digests (retimer.study.participants.Roster)."""
+        return hashlib.blake2b(self._key(), digest_size=32, person=b"retimer-roster").digest()
 
     def _slot(self, participant: str, tag: str, size: int) -> int:
         """The participant's place among `size` (rows or conditions): numbered ids in turn."""
@@ -300,6 +310,10 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
     ratings = data.get("ratings", False)
     if not isinstance(ratings, bool):
         raise StudyError(f"ratings: expected true or false, got {_show(ratings)}")
+    try:
+        participants = parse_participants(data.get("participants"), base_dir)
+    except ParticipantError as e:
+        raise StudyError(str(e)) from None
     raw = data.get("conditions")
     if not isinstance(raw, list) or len(raw) < 2:
         raise StudyError(f"conditions: expected a list of at least two conditions, got "
@@ -312,7 +326,7 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         seen.add(c.name)
     return StudyDesign(name=name, seed=seed, conditions=conditions, unit=unit,
                        counterbalancing=counter, block_size=block, participant_ids=ids,
-                       ratings=ratings, description=description)
+                       ratings=ratings, description=description, participants=participants)
 
 
 def resolve_conditions(

@@ -108,14 +108,15 @@ function say(t,err){st.textContent=t;st.className=err?'err':'';}
 f.addEventListener('change',function(e){
  var t=e.target;if(!t.name||t.name==='stream')return;
  var body=new URLSearchParams();body.set('stream',f.elements.stream.value);body.set(t.name,t.value);
- fetch(location.pathname,{method:'POST',headers:{'Accept':'application/json'},body:body})
+ fetch(location.pathname+location.search,{method:'POST',headers:{'Accept':'application/json'},body:body})
  .then(function(r){return r.json().then(function(j){
    if(r.ok)say('Saved: '+t.name+' '+t.value+'. Thank you.');
    else say(j.error||'Not saved',true);});})
  .catch(function(){say('Not saved: is retimer still running?',true);});
 });
 function poll(){
- fetch(location.pathname+'?latest=1',{headers:{'Accept':'application/json'}})
+ var q=new URLSearchParams(location.search);q.set('latest','1');
+ fetch(location.pathname+'?'+q,{headers:{'Accept':'application/json'}})
  .then(function(r){return r.json();}).then(function(j){
   if(j.stream&&j.stream!==f.elements.stream.value){
    f.elements.stream.value=j.stream;f.reset();f.elements.stream.value=j.stream;
@@ -140,8 +141,11 @@ def _scale(name: str) -> str:
             f"</div></fieldset>")
 
 
-def rating_page(latest: Mapping[str, object] | None, message: str = "", error: bool = False) -> str:
-    """The page: the latest response's two 1-7 scales (a click on a number saves it)."""
+def rating_page(
+    latest: Mapping[str, object] | None, message: str = "", error: bool = False, query: str = ""
+) -> str:
+    """The page: the latest response's two 1-7 scales (a click on a number saves it); `query`
+    (such as `participant=P3`) is kept on the form's address."""
     if latest is None:
         about = "No response has finished yet. This page updates by itself."
         stream = ""
@@ -150,6 +154,7 @@ def rating_page(latest: Mapping[str, object] | None, message: str = "", error: b
                  f"({html.escape(str(latest.get('host', '')))}).")
         stream = html.escape(str(latest["id"]), quote=True)
     hidden = " hidden" if latest is None else ""
+    action = f"{PATH}?{query}" if query else PATH
     status_class = ' class="err"' if error else ""
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
@@ -157,7 +162,7 @@ def rating_page(latest: Mapping[str, object] | None, message: str = "", error: b
         f"<title>Rate the latest response</title><style>{_STYLE}</style></head><body><main>"
         "<h1>How was the latest response?</h1>"
         f'<p id="about">{about}</p>'
-        f'<form id="f" method="post" action="{PATH}"{hidden}>'
+        f'<form id="f" method="post" action="{html.escape(action, quote=True)}"{hidden}>'
         f'<input type="hidden" name="stream" value="{stream}">'
         f'{_scale("speed")}{_scale("quality")}'
         '<noscript><button type="submit">Send</button></noscript></form>'
