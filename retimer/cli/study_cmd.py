@@ -15,6 +15,7 @@ experimenter, never on the participant's screen.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import sys
@@ -82,6 +83,8 @@ def main(argv: list[str]) -> None:
             roster = None
         else:
             roster = load_roster(design, args.study)
+        if design.page is not None:
+            check_page(design, args)
     except StudyError as e:
         fail(str(e))
     config = ProxyConfig.from_args(args)
@@ -94,11 +97,17 @@ def main(argv: list[str]) -> None:
         policy = design.participants
         named = f"the {policy.header} header" + (f" or a roster of {len(roster)} API keys"
                                                  if roster is not None else "")
+        if design.page is not None:
+            named = f"their page link, or {named}"
         banner = [f"  study    each request's participant from {named}; requests naming none "
                   f"are {'refused' if policy.unidentified == 'refuse' else 'passed untimed'}"]
         rate = f"{proxy}/rate?participant=ID"
     if design.ratings and not config.upstream:
         banner.append(f"  ratings  {rate}  (the participant rates the latest response there)")
+    if design.page is not None:
+        param = design.page.participant_params[0]
+        banner.append(f"  page     {proxy}/study/?{param}=ID  (each participant's link; put it "
+                      "behind an HTTPS front end to share it)")
     config = replace(
         config,
         seed=design.timing_seed(args.participant) if config.seed is None else config.seed,
@@ -113,6 +122,23 @@ def main(argv: list[str]) -> None:
         raise SystemExit(asyncio.run(run_workers(config)))
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_proxy(config))
+
+
+def check_page(design: StudyDesign, args: argparse.Namespace) -> None:
+    """The hosted page's needs, before the proxy starts (each one line)."""
+    import os
+
+    assert design.page is not None
+    if args.participant:
+        raise StudyError("--participant: a study with a page takes each participant from their "
+                         "link; start it without --participant")
+    if not args.upstream:
+        raise StudyError("page: the study page sends the study's requests to the model API: "
+                         "give --upstream URL")
+    if not os.environ.get(design.page.key_env):
+        raise StudyError(f"page.key_env: {design.page.key_env} is not set: the page sends the "
+                         "researcher's API key upstream (set it to any text for a server that "
+                         "needs none)")
 
 
 def shared_state(path: str) -> str:

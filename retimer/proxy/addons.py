@@ -14,6 +14,7 @@ from retimer.proxy.health import HealthCheck
 from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
 from retimer.proxy.study_addon import Study
+from retimer.proxy.study_page import StudyPage
 
 
 def install() -> PacingBridge:
@@ -29,8 +30,11 @@ def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
     """HealthCheck (answers a balancer's `GET http://retimer/health` before anything else, 503
     while Retimer drains),
     Retimer (pacing, records), Safety (bounds, keep-alives, graceful shutdown), Study (before
-    the cache: it answers the rating page itself), ResponseCache and PacServer, in the order
+    the cache: it answers the rating page itself), StudyPage (the hosted study page, after the
+    Study whose design it serves), ResponseCache and PacServer, in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer(install())
-    return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), Study(retimer), ResponseCache(), PacServer()]
+    study = Study(retimer)
+    return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), study, StudyPage(study),
+            ResponseCache(), PacServer()]

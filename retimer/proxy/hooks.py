@@ -29,6 +29,7 @@ CACHE_ENTRY_KEY = "retimer_cache_key"  # ResponseCache: the request's cache key
 CACHE_TOKEN_KEY = "retimer_cache_token"  # ResponseCache: the replay server's token of a hit
 STUDY_LINK_KEY = "retimer_study_link"  # Study: (link kind, conversation key) the response may name
 ARRIVED_KEY = "retimer_arrived"  # Retimer: when the request reached the kernel (epoch s), if before mitmproxy read it
+PAGE_TURN_KEY = "retimer_page_turn"  # StudyPage: this flow is a study page's turn (its id)
 PROMPT_KEY = "retimer_prompt_tokens"  # Retimer: a passthrough stream's (prompt tokens, cached tokens)
 
 

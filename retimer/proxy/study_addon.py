@@ -91,6 +91,7 @@ def load_roster(design: StudyDesign, where: str) -> Roster | None:
 
 
 log = logging.getLogger(__name__)
+PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
 WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
 
 
@@ -158,9 +159,16 @@ class Study:
             return
         if PROFILE_KEY in flow.metadata:
             return
+        if design.page is not None and flow.request.path.startswith(PAGE_PREFIX):
+            return  # the study page's own (retimer.proxy.study_page): it calls assign()
         participant = self.participant or self._identify(flow, design)
-        if participant is None:
-            return
+        if participant is not None:
+            self.assign(flow, design, participant)
+
+    def assign(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
+               conversation: str | None = None) -> None:
+        """Give the flow the participant's condition for it (a unit, or their latest unit's);
+        `conversation` names its conversation when the caller knows it (the study page's task)."""
         req = flow.request
         headers = {k.lower(): v for k, v in req.headers.items()}
         if req.stream:
@@ -169,7 +177,7 @@ class Study:
             shape = RequestShape.of_body(req.method, destination_host(flow), req.path, headers, request_body(flow))
         websocket = req.headers.get("upgrade", "").lower() == "websocket"
         if is_unit_request(shape, websocket):
-            fields = self._unit(flow, design, shape, participant)
+            fields = self._unit(flow, design, shape, participant, conversation)
             self.state.set_current(participant, fields)
         elif (current := self.state.current(participant)) is not None:
             fields = {**current, "unit": None}
@@ -214,7 +222,8 @@ class Study:
             log.warning(f"retimer study: a request named no participant ({reason})")
 
     def _unit(
-        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape, participant: str
+        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape, participant: str,
+        known: str | None = None,
     ) -> UnitFields:
         key: str | None = None
         conversation: str | None = None
@@ -225,9 +234,9 @@ class Study:
             index = state.next_request(participant)
         else:
             ident = conversation_key(shape)
-            key = state.alias_of(participant, ident.key)
+            key = known or state.alias_of(participant, ident.key)
             index = state.conversation(participant, key)
-            if ident.links:
+            if ident.links and known is None:
                 flow.metadata[STUDY_LINK_KEY] = (ident.links, key, participant)
             conversation = design.short_hash(key)
         condition = design.condition(participant, index, key)

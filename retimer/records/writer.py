@@ -34,7 +34,8 @@ class RecordLog:
         self.lost = 0  # records that could not be written
         self._warned: set[int | None] = set()
 
-    def write(self, record: Mapping[str, object]) -> None:
+    def write(self, record: Mapping[str, object]) -> bool:
+        """Append the record; False when it could not be written (warned once per kind)."""
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
         data = line.encode("utf-8")
         with self._lock:
@@ -47,6 +48,8 @@ class RecordLog:
             except OSError as e:
                 self.lost += 1
                 self._warn(e)
+                return False
+        return True
 
     def close(self) -> None:
         with self._lock:

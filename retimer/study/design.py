@@ -19,6 +19,7 @@ Schema (one-line errors name the key)::
       header: X-Retimer-Participant
       roster: roster.csv
       unidentified: refuse         # refuse | pass
+    page: {model: ..., tasks: [...]}   # optional: the hosted study page (page.py)
     conditions:                    # required: at least two, names unique
       - name: fast                 # slug
         profile: cerebras          # a built-in name/alias or a YAML path (relative to the study)
@@ -50,6 +51,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile
+from retimer.study.page import PageError, PageSettings, parse_page
 from retimer.study.participants import ParticipantError, ParticipantPolicy, parse_participants
 
 __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "StudyError",
@@ -60,7 +62,7 @@ COUNTERBALANCING = ("none", "latin-square")
 PARTICIPANT_IDS = ("any", "numbered")
 OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")
 TOP_KEYS = ("name", "description", "seed", "unit", "counterbalancing", "block_size",
-            "participant_ids", "ratings", "participants", "conditions")
+            "participant_ids", "ratings", "participants", "page", "conditions")
 CONDITION_KEYS = ("name", "profile", *OVERRIDE_KEYS)
 DEFAULT_BASE = EXPLICIT_SPEED_BASE  # a condition given only by ttft and tps: as on the CLI
 _SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -122,6 +124,7 @@ class StudyDesign:
     ratings: bool = False
     description: str = ""
     participants: ParticipantPolicy = ParticipantPolicy()  # a many-participant proxy's rules
+    page: PageSettings | None = None  # the hosted study page (retimer.study.page)
 
     # -- the keyed hash ------------------------------------------------------------------
     def _key(self) -> bytes:
@@ -312,7 +315,8 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         raise StudyError(f"ratings: expected true or false, got {_show(ratings)}")
     try:
         participants = parse_participants(data.get("participants"), base_dir)
-    except ParticipantError as e:
+        page = parse_page(data.get("page"))
+    except (ParticipantError, PageError) as e:
         raise StudyError(str(e)) from None
     raw = data.get("conditions")
     if not isinstance(raw, list) or len(raw) < 2:
@@ -326,7 +330,7 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         seen.add(c.name)
     return StudyDesign(name=name, seed=seed, conditions=conditions, unit=unit,
                        counterbalancing=counter, block_size=block, participant_ids=ids,
-                       ratings=ratings, description=description, participants=participants)
+                       ratings=ratings, description=description, participants=participants, page=page)
 
 
 def resolve_conditions(

@@ -1,0 +1,231 @@
+"""What the hosted study page keeps per participant: consent, the task they are on, each turn
+(their message, the reply, whether it was rated) and the output tokens spent.
+
+Why in a database: the page must survive a reload, a dropped connection, a second tab and a
+request served by another instance, so nothing lives in the browser or in one process. One
+sqlite3 database holds it: in memory for a single proxy, or the `--study-state` file every
+worker and instance shares (next to retimer.proxy.study_state's positions). Every read-then-write
+is one transaction (BEGIN IMMEDIATE), so two tabs never start two turns and a rating is stored
+once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+PENDING_S = 600.0  # a reply not finished after this long is taken for lost (its tab went away)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS page_people (participant TEXT PRIMARY KEY, consented REAL,
+    task INTEGER NOT NULL DEFAULT 0, finished REAL, tokens INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS page_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    turn TEXT UNIQUE NOT NULL, participant TEXT NOT NULL, task INTEGER NOT NULL,
+    started REAL NOT NULL, message TEXT NOT NULL, reply TEXT NOT NULL DEFAULT '',
+    status TEXT NOT NULL DEFAULT 'pending', rated INTEGER NOT NULL DEFAULT 0,
+    condition TEXT, unit INTEGER);
+CREATE INDEX IF NOT EXISTS page_turns_by_participant ON page_turns (participant, task, seq);
+"""
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn: str  # the stream's record id
+    task: int
+    message: str
+    reply: str
+    status: str  # pending | done | broken
+    rated: bool
+    condition: str | None
+    unit: int | None
+
+
+@dataclass(frozen=True)
+class Progress:
+    consented: bool
+    task: int
+    finished: bool
+    tokens: int
+    turns: tuple[Turn, ...]  # every turn of every task, in order
+
+
+Row = tuple[str, int, str, str, str, int, str | None, int | None]
+
+
+def _turn(row: Row) -> Turn:
+    """A Turn from `SELECT turn, task, message, reply, status, rated, condition, unit`."""
+    return Turn(turn=row[0], task=int(row[1]), message=row[2], reply=row[3], status=row[4],
+                rated=bool(row[5]), condition=row[6], unit=row[7])
+
+
+class PageRefused(Exception):
+    """A page action that cannot be done now; str() is the one line the participant reads,
+    `status` the HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class PageState:
+    """The page's per-participant state in a sqlite3 database (":memory:" for one process)."""
+
+    def __init__(self, path: str | Path = ":memory:") -> None:
+        target = str(Path(path).expanduser()) if str(path) != ":memory:" else ":memory:"
+        self.db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False)
+        with self._transaction() as db:
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def progress(self, participant: str) -> Progress:
+        row = self.db.execute("SELECT consented, task, finished, tokens FROM page_people "
+                              "WHERE participant = ?", (participant,)).fetchone()
+        consented, task, finished, tokens = row if row else (None, 0, None, 0)
+        turns = tuple(_turn(r) for r in self.db.execute(
+            "SELECT turn, task, message, reply, status, rated, condition, unit FROM page_turns "
+            "WHERE participant = ? ORDER BY seq", (participant,)))
+        return Progress(consented is not None, int(task), finished is not None, int(tokens), turns)
+
+    def history(self, participant: str, task: int) -> list[tuple[str, str]]:
+        """The task's conversation so far, as the upstream is sent it: each message, and each
+        finished reply (an interrupted one is left out; the participant may ask again)."""
+        out: list[tuple[str, str]] = []
+        for message, reply, status in self.db.execute(
+                "SELECT message, reply, status FROM page_turns WHERE participant = ? AND task = ? "
+                "AND status != 'pending' ORDER BY seq", (participant, task)):
+            out.append(("user", message))
+            if status == "done" and reply:
+                out.append(("assistant", reply))
+        return out
+
+    def turn_owner(self, turn: str) -> str | None:
+        row = self.db.execute("SELECT participant FROM page_turns WHERE turn = ?", (turn,)).fetchone()
+        return str(row[0]) if row else None
+
+    # -- changes ---------------------------------------------------------------------------
+    def consent(self, participant: str, now: float) -> bool:
+        """Record the participant's consent; False when it was given before."""
+        with self._transaction() as db:
+            row = db.execute("SELECT consented FROM page_people WHERE participant = ?",
+                             (participant,)).fetchone()
+            if row and row[0] is not None:
+                return False
+            db.execute("INSERT INTO page_people (participant, consented) VALUES (?, ?) "
+                       "ON CONFLICT (participant) DO UPDATE SET consented = excluded.consented",
+                       (participant, now))
+        return True
+
+    def start_turn(self, participant: str, turn: str, message: str, now: float, tasks: int,
+                   max_turns: int | None, max_tokens: int | None, per_minute: int | None) -> int:
+        """Begin a turn of the participant's current task (its number is returned), or refuse
+        it: no consent yet, finished, a reply still coming (another tab), a limit reached."""
+        with self._transaction() as db:
+            row = db.execute("SELECT consented, task, finished, tokens FROM page_people "
+                             "WHERE participant = ?", (participant,)).fetchone()
+            if not row or row[0] is None:
+                raise PageRefused(409, "Please read and accept the consent first.")
+            _, task, finished, tokens = row
+            if finished is not None or task >= tasks:
+                raise PageRefused(409, "You have finished this study: thank you.")
+            db.execute("UPDATE page_turns SET status = 'broken' WHERE participant = ? AND "
+                       "status = 'pending' AND started < ?", (participant, now - PENDING_S))
+            if db.execute("SELECT 1 FROM page_turns WHERE participant = ? AND status = 'pending'",
+                          (participant,)).fetchone():
+                raise PageRefused(409, "The previous response is still coming in (in another "
+                                  "tab?): wait for it, then send again.")
+            unrated = db.execute("SELECT 1 FROM page_turns WHERE participant = ? AND task = ? AND "
+                                 "status = 'done' AND rated = 0", (participant, task)).fetchone()
+            if unrated:
+                raise PageRefused(409, "Please rate the last response first.")
+            (count,) = db.execute("SELECT COUNT(*) FROM page_turns WHERE participant = ?",
+                                  (participant,)).fetchone()
+            if max_turns is not None and count >= max_turns:
+                raise PageRefused(429, f"You have reached this study's limit of {max_turns} "
+                                  "messages. Please finish the tasks you can.")
+            if max_tokens is not None and tokens >= max_tokens:
+                raise PageRefused(429, "You have reached this study's limit of response length. "
+                                  "Please finish the tasks you can.")
+            if per_minute is not None:
+                (recent,) = db.execute("SELECT COUNT(*) FROM page_turns WHERE participant = ? AND "
+                                       "started > ?", (participant, now - 60)).fetchone()
+                if recent >= per_minute:
+                    raise PageRefused(429, f"Please wait a moment: at most {per_minute} messages "
+                                      "a minute.")
+            db.execute("INSERT INTO page_turns (turn, participant, task, started, message) "
+                       "VALUES (?, ?, ?, ?, ?)", (turn, participant, task, now, message))
+        return int(task)
+
+    def finish_turn(self, turn: str, reply: str, ok: bool, tokens: int,
+                    condition: str | None = None, unit: int | None = None) -> None:
+        """The reply ended (`ok`: whole); its text joins the history, its tokens the count."""
+        with self._transaction() as db:
+            row = db.execute("SELECT participant FROM page_turns WHERE turn = ? AND status = "
+                             "'pending'", (turn,)).fetchone()
+            if not row:
+                return
+            db.execute("UPDATE page_turns SET reply = ?, status = ?, condition = ?, unit = ? "
+                       "WHERE turn = ?", (reply, "done" if ok else "broken", condition, unit, turn))
+            db.execute("UPDATE page_people SET tokens = tokens + ? WHERE participant = ?",
+                       (max(tokens, 0), row[0]))
+
+    def rate(self, participant: str, turn: str) -> Turn:
+        """Mark the participant's finished turn rated (once) and return it."""
+        with self._transaction() as db:
+            row = db.execute("SELECT turn, task, message, reply, status, rated, condition, unit "
+                             "FROM page_turns WHERE turn = ? AND participant = ?",
+                             (turn, participant)).fetchone()
+            if not row:
+                raise PageRefused(404, "That response is not one of yours.")
+            found = _turn(row)
+            if found.status != "done":
+                raise PageRefused(409, "That response did not finish: it cannot be rated.")
+            if found.rated:
+                raise PageRefused(409, "That response is rated already.")
+            db.execute("UPDATE page_turns SET rated = 1 WHERE turn = ?", (turn,))
+        return found
+
+    def unrate(self, participant: str, turn: str) -> None:
+        """Take back a rating that could not be written down (the page is told to retry)."""
+        with self._transaction() as db:
+            db.execute("UPDATE page_turns SET rated = 0 WHERE turn = ? AND participant = ?",
+                       (turn, participant))
+
+    def next_task(self, participant: str, needed: int, tasks: int, now: float) -> bool:
+        """Move on from the current task once `needed` of its replies are rated; True when that
+        was the last task (the participant finished)."""
+        with self._transaction() as db:
+            row = db.execute("SELECT task, finished FROM page_people WHERE participant = ?",
+                             (participant,)).fetchone()
+            if not row:
+                raise PageRefused(409, "Please read and accept the consent first.")
+            task, finished = row
+            if finished is not None:
+                return True
+            (rated,) = db.execute("SELECT COUNT(*) FROM page_turns WHERE participant = ? AND "
+                                  "task = ? AND rated = 1", (participant, task)).fetchone()
+            if rated < needed:
+                left = needed - rated
+                raise PageRefused(409, f"Please send a message and rate {left} more "
+                                  f"response{'s' if left > 1 else ''} in this task first.")
+            done = task + 1 >= tasks
+            db.execute("UPDATE page_people SET task = ?, finished = ? WHERE participant = ?",
+                       (min(task + 1, tasks), now if done else None, participant))
+        return done

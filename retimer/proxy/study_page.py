@@ -1,0 +1,384 @@
+"""The hosted study page (`page:` in the study file, reverse mode): `/study/` on the proxy.
+
+A participant opens `https://STUDY-HOST/study/?PROLIFIC_PID=...`; the id goes into a signed
+cookie (retimer.study.page.cookie_value) and out of the address. The page's API:
+
+    GET  /study/api/state     the participant's progress (consent, task, turns)
+    POST /study/api/consent   they agreed
+    POST /study/api/chat      {"text": ...}: rewritten here into the study's own upstream call
+                              (model, cap, system prompt, server-kept history, the researcher's
+                              key) and then handled like any other request: the Study addon
+                              gives it the participant's condition, the Retimer addon paces it
+    POST /study/api/rate      {"turn", "scores", "slow"}: stored once, written to the log
+    POST /study/api/next      on to the next task, or the completion code
+
+The state (retimer.proxy.page_state) lives in the study's state database, so any worker or
+instance can answer any request of any participant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mitmproxy import ctx, exceptions, http
+
+from retimer.proxy.hooks import PAGE_TURN_KEY
+from retimer.proxy.page_state import PageRefused, PageState, Progress
+from retimer.proxy.study_addon import Study
+from retimer.study.design import StudyDesign, StudyError
+from retimer.study.page import (
+    MAX_MESSAGE,
+    PageSettings,
+    cookie_value,
+    reply_text,
+    upstream_request,
+    verify_cookie,
+)
+from retimer.study.page_app import ASSETS, app_page, message_page
+from retimer.timing.pacer import StreamPacer
+
+log = logging.getLogger(__name__)
+
+PREFIX = "/study/"
+COOKIE = "retimer_study"
+SECRET_ENV = "RETIMER_STUDY_SECRET"
+SECRET_FILE = "study-page-secret"
+TURN_HEADER = "x-study-turn"
+CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
+       "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+PACKAGE = Path(__file__).resolve().parents[1]  # retimer/: the page's files are under it
+
+
+def read_assets() -> dict[str, tuple[bytes, str]]:
+    """The page's script, style and libraries, read once (a missing one is one line)."""
+    out: dict[str, tuple[bytes, str]] = {}
+    for name, (relative, ctype) in ASSETS.items():
+        try:
+            out[name] = ((PACKAGE / relative).read_bytes(), ctype)
+        except OSError as e:
+            raise StudyError(f"page: cannot read the page's {relative}: {e.strerror}") from None
+    return out
+
+
+def page_secret(confdir: str) -> bytes:
+    """The cookies' key: RETIMER_STUDY_SECRET, else a random key kept in the confdir (made once,
+    atomically, so instances sharing a confdir sign alike)."""
+    if env := os.environ.get(SECRET_ENV, ""):
+        if len(env) < 16:
+            raise StudyError(f"{SECRET_ENV}: expected at least 16 characters")
+        return env.encode("utf-8")
+    folder = Path(confdir).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / SECRET_FILE
+    if not path.exists():
+        tmp = folder / f".{SECRET_FILE}.{os.getpid()}"
+        tmp.write_bytes(secrets.token_bytes(32))
+        tmp.chmod(0o600)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)  # the first instance's key wins
+        tmp.unlink()
+    data = path.read_bytes()
+    if len(data) < 16:
+        raise StudyError(f"{path}: the study page's key is too short; remove the file")
+    return data
+
+
+class StudyPage:
+    """Serves the study page and turns its messages into the study's upstream calls."""
+
+    def __init__(self, study: Study) -> None:
+        self.study = study
+        self.settings: PageSettings | None = None
+        self.state: PageState | None = None
+        self.secret = b""
+        self.key = ""
+        self.assets: dict[str, tuple[bytes, str]] = {}
+
+    def configure(self, updated: set[str]) -> None:
+        if not updated & {"retimer_study", "retimer_participant", "retimer_study_state"}:
+            return
+        if self.state is not None:
+            self.state.close()
+        self.settings, self.state = None, None
+        design = self.study.design
+        if design is None or design.page is None:
+            return
+        settings = design.page
+        try:
+            if ctx.options.retimer_participant:
+                raise StudyError("page: a hosted study takes each participant from their link; "
+                                 "start it without --participant")
+            if not any(str(m).startswith("reverse:") for m in ctx.options.mode):
+                raise StudyError("page: the study page sends the study's requests to the model "
+                                 "API: start it with --upstream URL")
+            key = os.environ.get(settings.key_env, "")
+            if not key:
+                raise StudyError(f"page.key_env: {settings.key_env} is not set: the page sends "
+                                 "the researcher's API key upstream (set it to any text for a "
+                                 "server that needs none)")
+            self.secret = page_secret(ctx.options.confdir)
+            self.assets = read_assets()
+        except StudyError as e:
+            raise exceptions.OptionsError(str(e)) from None
+        self.key = key
+        self.settings = settings
+        self.state = PageState(ctx.options.retimer_study_state or ":memory:")
+
+    def done(self) -> None:
+        if self.state is not None:
+            self.state.close()
+
+    # -- routing ---------------------------------------------------------------------------
+    def request(self, flow: http.HTTPFlow) -> None:
+        settings, design = self.settings, self.study.design
+        if settings is None or design is None or flow.response is not None:
+            return
+        path = flow.request.path.split("?", 1)[0]
+        if path == PREFIX.rstrip("/"):
+            flow.response = _redirect(PREFIX + _query(flow))
+            return
+        if not path.startswith(PREFIX):
+            return
+        route = path[len(PREFIX):]
+        if route == "":
+            self._front(flow, settings, design)
+            return
+        if route in self.assets and flow.request.method == "GET":
+            body, ctype = self.assets[route]
+            flow.response = http.Response.make(200, body, {**_headers(ctype),
+                                                           "cache-control": "max-age=3600"})
+            return
+        participant = self._cookie(flow)
+        if participant is None:
+            flow.response = _json(401, {"error": "Open the study from the link you were given "
+                                        "(your session is missing or not valid)."})
+            return
+        method = flow.request.method
+        if method == "POST" and not self._same_origin(flow):
+            flow.response = _json(403, {"error": "This page's actions come from the page only."})
+            return
+        try:
+            if route == "api/state" and method == "GET":
+                flow.response = _json(200, self._progress(participant, settings))
+            elif route == "api/consent" and method == "POST":
+                assert self.state is not None
+                if self.state.consent(participant, time.time()):
+                    self._note(design, participant, "consented")
+                flow.response = _json(200, {"ok": True})
+            elif route == "api/chat" and method == "POST":
+                self._chat(flow, participant, settings)
+            elif route == "api/rate" and method == "POST":
+                flow.response = self._rate(flow, participant, design)
+            elif route == "api/next" and method == "POST":
+                assert self.state is not None
+                if self.state.next_task(participant, settings.turns, len(settings.tasks), time.time()):
+                    self._note(design, participant, "finished")
+                flow.response = _json(200, {"ok": True})
+            else:
+                flow.response = _json(404, {"error": f"no such page: {route}"})
+        except PageRefused as e:
+            flow.response = _json(e.status, {"error": str(e)})
+
+    def _front(self, flow: http.HTTPFlow, settings: PageSettings, design: StudyDesign) -> None:
+        """`/study/`: from a link with the participant's id, set the cookie and drop the id
+        from the address; with a valid cookie, the page; else a one-line page."""
+        query = flow.request.query
+        named = next((query[p] for p in settings.participant_params if query.get(p)), None)
+        if named is not None:
+            try:
+                design.check_participant(named.strip(), "participant")
+            except StudyError:
+                flow.response = _html(400, message_page(settings.title, "This link's participant "
+                                      "id is not valid: please use the link from your invitation "
+                                      "as it was given."))
+                return
+            flow.response = _redirect(PREFIX)
+            secure = "; Secure" if _https(flow) else ""
+            flow.response.headers["set-cookie"] = (
+                f"{COOKIE}={cookie_value(self.secret, named.strip())}; Path={PREFIX}; HttpOnly; "
+                f"SameSite=Strict; Max-Age=604800{secure}")
+            return
+        if self._cookie(flow) is None:
+            flow.response = _html(400, message_page(settings.title, "Please open this study from "
+                                  "the link you were given."))
+            return
+        flow.response = _html(200, app_page(settings.title))
+
+    def _cookie(self, flow: http.HTTPFlow) -> str | None:
+        value = flow.request.cookies.get(COOKIE)
+        return verify_cookie(self.secret, value) if value else None
+
+    @staticmethod
+    def _same_origin(flow: http.HTTPFlow) -> bool:
+        """A POST from the page itself: a JSON body (a cross-site form cannot send one without a
+        preflight), and no browser's word that it came from another site (Sec-Fetch-Site, else
+        an Origin other than the address the browser used; in reverse mode mitmproxy has put
+        the upstream in Host, so the front end's X-Forwarded-Host counts too)."""
+        req = flow.request
+        if "application/json" not in req.headers.get("content-type", ""):
+            return False
+        site = req.headers.get("sec-fetch-site")
+        if site is not None:
+            return site in ("same-origin", "none")
+        origin = req.headers.get("origin")
+        if not origin:
+            return True
+        hosts = {h.strip().lower() for h in (req.host_header or "",
+                                             req.headers.get("x-forwarded-host", "")) if h}
+        return urlsplit(origin).netloc.lower() in hosts
+
+    def _progress(self, participant: str, settings: PageSettings) -> dict[str, object]:
+        assert self.state is not None
+        p: Progress = self.state.progress(participant)
+        return {**settings.public(), "consented": p.consented,
+                "task": min(p.task, len(settings.tasks) - 1), "finished": p.finished,
+                "code": settings.code if p.finished else "",
+                "redirect": settings.redirect if p.finished else "",
+                "turns": [{"turn": t.turn, "task": t.task, "message": t.message, "reply": t.reply,
+                           "status": t.status, "rated": t.rated} for t in p.turns]}
+
+    # -- a message: the study's own upstream call --------------------------------------------
+    def _chat(self, flow: http.HTTPFlow, participant: str, settings: PageSettings) -> None:
+        assert self.state is not None
+        text = _body(flow).get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise PageRefused(400, "Please write a message.")
+        if len(text) > MAX_MESSAGE:
+            raise PageRefused(400, f"Please keep a message under {MAX_MESSAGE} characters.")
+        limits = settings.limits
+        task = self.state.start_turn(participant, flow.id, text.strip(), time.time(),
+                                     len(settings.tasks), limits.turns, limits.output_tokens,
+                                     limits.requests_per_minute)
+        history = [*self.state.history(participant, task), ("user", text.strip())]
+        req = flow.request
+        host = req.host_header
+        req.headers.clear()  # nothing of the browser's goes upstream: no cookie, no origin
+        if host:
+            req.headers["host"] = host
+        req.headers["content-type"] = "application/json"
+        req.headers["accept"] = "text/event-stream"
+        if settings.api == "anthropic":
+            req.headers["x-api-key"] = self.key
+            req.headers["anthropic-version"] = "2023-06-01"
+        else:
+            req.headers["authorization"] = f"Bearer {self.key}"
+        req.method, req.path = "POST", settings.path
+        req.content = upstream_request(settings, history)
+        flow.metadata[PAGE_TURN_KEY] = flow.id
+        assert self.study.design is not None  # the page runs only in a study
+        self.study.assign(flow, self.study.design, participant, f"study page task {task}")
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if PAGE_TURN_KEY in flow.metadata and flow.response is not None:
+            flow.response.headers[TURN_HEADER] = flow.id  # the page rates the turn by it
+            flow.response.headers["cache-control"] = "no-store"
+
+    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+        if PAGE_TURN_KEY in flow.metadata and pacer.captured is None:
+            pacer.captured = bytearray()  # the reply's text joins the server-kept history
+
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
+        if PAGE_TURN_KEY not in flow.metadata or self.settings is None or self.state is None:
+            return
+        body = bytes(pacer.captured) if pacer.captured is not None else b""
+        emitted = record.get("emitted") or {}
+        tokens = emitted.get("tokens") if isinstance(emitted, dict) else None
+        ok = record.get("outcome") == "complete"
+        condition, unit = record.get("condition"), record.get("unit")
+        self.state.finish_turn(flow.id, reply_text(self.settings.api, body), ok,
+                               tokens if isinstance(tokens, int) else 0,
+                               condition if isinstance(condition, str) else None,
+                               unit if isinstance(unit, int) else None)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        """A turn that got no stream (an upstream error) is over: the page may send again."""
+        if PAGE_TURN_KEY in flow.metadata and self.state is not None and flow.response is not None \
+                and not flow.response.stream:
+            self.state.finish_turn(flow.id, "", False, 0)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        if PAGE_TURN_KEY in flow.metadata and self.state is not None:
+            self.state.finish_turn(flow.id, "", False, 0)
+
+    # -- ratings -----------------------------------------------------------------------------
+    def _rate(self, flow: http.HTTPFlow, participant: str, design: StudyDesign) -> http.Response:
+        assert self.state is not None and self.settings is not None
+        body = _body(flow)
+        turn, scores, slow = body.get("turn"), body.get("scores"), body.get("slow")
+        if not isinstance(turn, str) or not isinstance(scores, dict):
+            raise PageRefused(400, "A rating names its response and its scores.")
+        values: dict[str, int] = {}
+        for scale in self.settings.scales:
+            value = scores.get(scale.name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 7:
+                raise PageRefused(400, f"{scale.name}: expected a whole number 1-7.")
+            values[scale.name] = value
+        if self.settings.slow_question and not isinstance(slow, bool):
+            raise PageRefused(400, "Please answer whether the response felt slow.")
+        log_file = self.study.retimer.log
+        if log_file is None:
+            raise PageRefused(503, "Ratings cannot be saved: the study has no records log.")
+        found = self.state.rate(participant, turn)
+        record: dict[str, object] = {"type": "rating", "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                  "stream": turn, "study": design.name, "participant": participant,
+                  "condition": found.condition, "unit": found.unit, "task": found.task,
+                  **values, **({"slow": slow} if self.settings.slow_question else {})}
+        if not log_file.write(record):  # acknowledged only once it is in the log
+            self.state.unrate(participant, turn)
+            raise PageRefused(503, "The rating could not be saved: please try again.")
+        return _json(200, {"ok": True})
+
+    def _note(self, design: StudyDesign, participant: str, event: str) -> None:
+        """A participant's milestone in the records log (for `--status`)."""
+        if (log_file := self.study.retimer.log) is not None:
+            log_file.write({"type": "participant", "event": event, "study": design.name,
+                            "participant": participant,
+                            "time": datetime.now(UTC).isoformat(timespec="milliseconds")})
+
+
+def _body(flow: http.HTTPFlow) -> dict[str, object]:
+    try:
+        obj = json.loads(flow.request.get_content(strict=False) or b"{}")
+    except (ValueError, RecursionError):
+        raise PageRefused(400, "The request is not valid JSON.") from None
+    if not isinstance(obj, dict):
+        raise PageRefused(400, "The request is not a JSON object.")
+    return obj
+
+
+def _query(flow: http.HTTPFlow) -> str:
+    _, _, query = flow.request.path.partition("?")
+    return f"?{query}" if query else ""
+
+
+def _https(flow: http.HTTPFlow) -> bool:
+    return flow.request.scheme == "https" or \
+        flow.request.headers.get("x-forwarded-proto", "").lower() == "https"
+
+
+def _headers(ctype: str) -> dict[str, str]:
+    return {"content-type": ctype, "cache-control": "no-store", "x-content-type-options": "nosniff",
+            "content-security-policy": CSP, "referrer-policy": "no-referrer",
+            "x-frame-options": "DENY"}
+
+
+def _json(status: int, obj: object) -> http.Response:
+    return http.Response.make(status, json.dumps(obj).encode("utf-8"), _headers("application/json"))
+
+
+def _html(status: int, page: str) -> http.Response:
+    return http.Response.make(status, page.encode("utf-8"), _headers("text/html; charset=utf-8"))
+
+
+def _redirect(location: str) -> http.Response:
+    response = http.Response.make(303, b"", _headers("text/plain"))
+    response.headers["location"] = location
+    return response
