@@ -271,3 +271,22 @@ def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) 
     assert len([x for x in lines if x.get("type") == "rating"]) == 2
     written = proxy.log_path.read_text() + shown
     assert KEY not in written and cookie not in written
+
+
+def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    from retimer.cli.export import write_csv
+    from retimer.records.export import read_log
+
+    stream = {"id": "s1", "emitted": {"ttft_ms": 50.0}, "participant": "P1", "condition": "a",
+              "unit": 0, "study": "x"}
+    rating = {"type": "rating", "stream": "s1", "participant": "P1", "unit": 0, "task": 0,
+              "speed": 3, "effort": 6, "slow": True}
+    out = io.StringIO()
+    write_csv(read_log([json.dumps(stream), json.dumps(rating)]), out)
+    row = next(csv.DictReader(io.StringIO(out.getvalue())))
+    assert (row["rating_speed"], row["rating_quality"], row["rating_slow"], row["rating_effort"]) == (
+        "3", "", "true", "6")
+    assert "rating_task" not in row and "rating_unit" not in row

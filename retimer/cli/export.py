@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from retimer.cli.cmdline import OneLineParser, fail
-from retimer.records.export import COLUMNS, Log, read_log, rows
+from retimer.records.export import Log, columns, read_log, rows
 
 __all__ = ["main", "parser", "write_csv"]
 
@@ -30,7 +30,7 @@ def _warn(message: str) -> None:
 
 def write_csv(log: Log, out: TextIO) -> int:
     """The rows of `log` as CSV with a header; the number of rows written."""
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(out, fieldnames=columns(log), lineterminator="\n")
     writer.writeheader()
     n = 0
     for row in rows(log):

@@ -15,13 +15,17 @@ import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import cast
 
-__all__ = ["COLUMNS", "Log", "csv_cell", "read_log", "rows"]
+__all__ = ["COLUMNS", "Log", "columns", "csv_cell", "read_log", "rows"]
 
 COLUMNS = (
     "time", "stream_id", "study", "participant", "condition", "unit", "conversation",
     "protocol", "profile", "effective_profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
     "tokens", "upstream_bound", "upstream_wait_ms", "outcome", "rating_speed", "rating_quality",
+    "rating_slow",
 )
+BUILT_IN_SCALES = ("speed", "quality")
+RATING_META = frozenset({"type", "time", "stream", "stream_index", "study", "participant",
+                         "condition", "unit", "task", "conversation", "slow"})
 
 
 class Log:
@@ -29,7 +33,8 @@ class Log:
 
     def __init__(self) -> None:
         self.streams: list[dict[str, object]] = []  # each has a str `id` and a dict `emitted`
-        self.ratings: dict[str, dict[str, int]] = {}  # stream id -> latest score per scale
+        self.ratings: dict[str, dict[str, int | bool]] = {}  # stream id -> latest per scale
+        self.scales: list[str] = []  # a study page's own scales, beyond speed and quality
         self.bad: list[int] = []  # line numbers that are not records
         self.orphans = 0  # ratings of streams not in the log
 
@@ -68,10 +73,20 @@ def read_log(lines: Iterable[str]) -> Log:
             log.orphans += 1
             continue
         scores = log.ratings.setdefault(stream, {})
-        for scale in ("speed", "quality"):
-            if isinstance(value := r.get(scale), int) and not isinstance(value, bool):
-                scores[scale] = value
+        for scale, value in r.items():
+            if scale in RATING_META or not isinstance(value, int) or isinstance(value, bool):
+                continue
+            scores[scale] = value
+            if scale not in BUILT_IN_SCALES and scale not in log.scales:
+                log.scales.append(scale)
+        if isinstance(slow := r.get("slow"), bool):  # the page's "did this feel slow?"
+            scores["slow"] = slow
     return log
+
+
+def columns(log: Log) -> tuple[str, ...]:
+    """COLUMNS, then a `rating_NAME` column per scale of the log's own (a study page's)."""
+    return COLUMNS + tuple(f"rating_{s}" for s in log.scales)
 
 
 def csv_cell(value: object) -> object:
@@ -105,5 +120,7 @@ def rows(log: Log) -> Iterator[dict[str, object]]:
             "upstream_bound": s.get("upstream_bound"),
             "upstream_wait_ms": s.get("upstream_wait_ms"), "outcome": s.get("outcome"),
             "rating_speed": scores.get("speed"), "rating_quality": scores.get("quality"),
+            "rating_slow": scores.get("slow"),
+            **{f"rating_{scale}": scores.get(scale) for scale in log.scales},
         }
         yield {k: csv_cell(v) for k, v in row.items()}
