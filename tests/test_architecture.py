@@ -220,9 +220,10 @@ def test_the_shell_drives_pacers_only_through_the_core() -> None:
 
 SHELL = ("retimer/proxy", "retimer/cli", "retimer/report", "retimer/study", "retimer/cache", "retimer/records")
 # `Any` in the shell, counted: only where a library's own types force it (mitmproxy's option
-# loader, master and hook arguments, a command generator's send type, JSON records). A new one
-# must raise this on purpose, with its reason in the code.
-SHELL_ANY_BUDGET = 36
+# loader, master and hook arguments, a command generator's send type, JSON records, the rows of
+# the study's state database: retimer.proxy.statedb.Row). A new one must raise this on purpose,
+# with its reason in the code.
+SHELL_ANY_BUDGET = 37
 
 
 def any_count(tree: ast.AST) -> int:

@@ -290,7 +290,8 @@ def test_a_study_participant_gets_the_same_units_whichever_instance_serves(tmp_p
         assert r["target"]["ttft_ms"] == pytest.approx(profiles[r["condition"]].ttft.p50 * 1000)
     assert a.proc.returncode == 0 and b.proc.returncode == 0
     with sqlite3.connect(state) as db:  # kept: neither instance deleted it under the other
-        assert db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone() == (n,)
+        assert db.execute("SELECT value FROM study_counters WHERE participant = 'P3' AND "
+                          "name = 'requests'").fetchone() == (n,)
 
 
 def test_a_bad_study_state_path_is_one_line(tmp_path: Path) -> None:
@@ -323,7 +324,8 @@ def test_workers_of_one_instance_use_and_keep_the_given_study_state(tmp_path: Pa
     assert sorted(r["unit"] for r in records) == list(range(6))
     assert not list(proxy.confdir.glob("study-state-*"))  # no file of the run's own
     with sqlite3.connect(state) as db:
-        assert db.execute("SELECT value FROM counters WHERE name = 'requests'").fetchone() == (6,)
+        assert db.execute("SELECT value FROM study_counters WHERE participant = 'P2' AND "
+                          "name = 'requests'").fetchone() == (6,)
 
 
 def test_the_health_endpoint_answers_from_the_proxy_and_haproxy_checks_it(tmp_path: Path) -> None:

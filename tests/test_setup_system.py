@@ -30,7 +30,10 @@ def expected_packages() -> list[str]:
     browsers = ["chromium-browser", "firefox"] if os_release() == "ubuntu" else ["chromium", "firefox-esr"]
     # HAProxy's Debian package puts it in /usr/sbin, which the script looks in beside PATH
     haproxy = [] if os.access("/usr/sbin/haproxy", os.X_OK) else ["haproxy"]
-    return ["curl", "openssl", *browsers, "libnss3-tools", "nodejs", "npm", "tmux", *haproxy]
+    # and PostgreSQL's server in its versioned folder, found by path as well
+    postgres = [] if list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")) else ["postgresql"]
+    return ["curl", "openssl", *browsers, "libnss3-tools", "nodejs", "npm", "tmux", *haproxy,
+            *postgres]
 
 
 @pytest.fixture

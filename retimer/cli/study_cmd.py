@@ -44,9 +44,10 @@ def parser() -> OneLineParser:
                    help="this proxy's one participant (letters, digits, . _ -); without it "
                    "each request names its own, by the study's header or roster")
     p.add_argument("--study-state", default="", metavar="PATH",
-                   help="keep the participants' unit positions in this sqlite3 file, shared by "
-                   "every instance of the study's proxy (behind a load balancer); kept after "
-                   "exit, so a restarted instance goes on where the others are")
+                   help="keep the participants' unit positions (and the study page's state) in "
+                   "this sqlite3 file or PostgreSQL database (postgresql://...), shared by every "
+                   "instance of the study's proxy (behind a load balancer); kept after exit, so "
+                   "a restarted instance goes on where the others are")
     p.add_argument("--plan", type=int, default=0, metavar="N",
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
@@ -114,7 +115,7 @@ def main(argv: list[str]) -> None:
         log=config.log or (f"retimer-study-{args.participant}.jsonl" if args.participant
                            else "retimer-study.jsonl"),  # no study name: it may hint
         study=args.study, participant=args.participant, study_banner=tuple(banner),
-        study_state=shared_state(args.study_state),
+        study_state=shared_state(args.study_state, design.name),
     )
     if config.workers > 1:  # the workers share the unit positions (retimer.proxy.study_state)
         from retimer.cli.workers import run_workers
@@ -141,23 +142,23 @@ def check_page(design: StudyDesign, args: argparse.Namespace) -> None:
                          "needs none)")
 
 
-def shared_state(path: str) -> str:
-    """--study-state's file, its tables made (a bad path is one line, before the proxy starts)."""
-    if not path:
+def shared_state(location: str, study: str) -> str:
+    """--study-state's file or database, its tables made (one line if it cannot be used)."""
+    if not location:
         return ""
-    import sqlite3
     from pathlib import Path
 
+    from retimer.proxy.statedb import is_postgres
     from retimer.proxy.study_state import SharedState, StateError
 
-    full = Path(path).expanduser().resolve()
+    full = location if is_postgres(location) else str(Path(location).expanduser().resolve())
     try:
-        SharedState(full).close()
-    except sqlite3.Error as e:
-        fail(f"--study-state: cannot open {path} as a sqlite3 file: {e}")
+        SharedState(full, study).close()
     except StateError as e:
         fail(f"--study-state: {e}")
-    return str(full)
+    except ImportError:
+        fail("--study-state: PostgreSQL needs psycopg: pip install 'retimer[postgres]'")
+    return full
 
 
 def print_plan(design: StudyDesign, participant: str, units: int) -> None:

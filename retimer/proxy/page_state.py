@@ -2,32 +2,31 @@
 (their message, the reply, whether it was rated) and the output tokens spent.
 
 Why in a database: the page must survive a reload, a dropped connection, a second tab and a
-request served by another instance, so nothing lives in the browser or in one process. One
-sqlite3 database holds it: in memory for a single proxy, or the `--study-state` file every
-worker and instance shares (next to retimer.proxy.study_state's positions). Every read-then-write
-is one transaction (BEGIN IMMEDIATE), so two tabs never start two turns and a rating is stored
-once.
+request served by another instance, so nothing lives in the browser or in one process. The
+study's state database holds it (retimer.proxy.statedb): sqlite3 in memory for a single proxy,
+or the `--study-state` file or PostgreSQL server every worker and instance shares, next to
+retimer.proxy.study_state's positions. Every read-then-write is one transaction under the
+database's write lock, so two tabs never start two turns and a rating is stored once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from retimer.proxy.statedb import StateDB
 
 PENDING_S = 600.0  # a reply not finished after this long is taken for lost (its tab went away)
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS page_people (participant TEXT PRIMARY KEY, consented REAL,
-    task INTEGER NOT NULL DEFAULT 0, finished REAL, tokens INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS page_turns (seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    turn TEXT UNIQUE NOT NULL, participant TEXT NOT NULL, task INTEGER NOT NULL,
-    started REAL NOT NULL, message TEXT NOT NULL, reply TEXT NOT NULL DEFAULT '',
-    status TEXT NOT NULL DEFAULT 'pending', rated INTEGER NOT NULL DEFAULT 0,
-    condition TEXT, unit INTEGER);
-CREATE INDEX IF NOT EXISTS page_turns_by_participant ON page_turns (participant, task, seq);
+CREATE TABLE IF NOT EXISTS page_people (participant TEXT PRIMARY KEY, consented DOUBLE PRECISION,
+    task BIGINT NOT NULL DEFAULT 0, finished DOUBLE PRECISION, tokens BIGINT NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS page_turns (seq {serial}, turn TEXT UNIQUE NOT NULL,
+    participant TEXT NOT NULL, task BIGINT NOT NULL, started DOUBLE PRECISION NOT NULL,
+    message TEXT NOT NULL, reply TEXT NOT NULL DEFAULT '', status TEXT NOT NULL DEFAULT 'pending',
+    rated BIGINT NOT NULL DEFAULT 0, condition TEXT, unit BIGINT);
+CREATE INDEX IF NOT EXISTS page_turns_by_participant ON page_turns (participant, task, seq)
 """
 
 
@@ -52,13 +51,17 @@ class Progress:
     turns: tuple[Turn, ...]  # every turn of every task, in order
 
 
-Row = tuple[str, int, str, str, str, int, str | None, int | None]
-
-
-def _turn(row: Row) -> Turn:
+def _turn(row: Sequence[object]) -> Turn:
     """A Turn from `SELECT turn, task, message, reply, status, rated, condition, unit`."""
-    return Turn(turn=row[0], task=int(row[1]), message=row[2], reply=row[3], status=row[4],
-                rated=bool(row[5]), condition=row[6], unit=row[7])
+    condition, unit = row[6], row[7]
+    return Turn(turn=str(row[0]), task=_int(row[1]), message=str(row[2]), reply=str(row[3]),
+                status=str(row[4]), rated=bool(row[5]),
+                condition=None if condition is None else str(condition),
+                unit=None if unit is None else _int(unit))
+
+
+def _int(value: object) -> int:
+    return int(str(value))
 
 
 class PageRefused(Exception):
@@ -71,25 +74,16 @@ class PageRefused(Exception):
 
 
 class PageState:
-    """The page's per-participant state in a sqlite3 database (":memory:" for one process)."""
+    """The page's per-participant state in the study's state database (":memory:": sqlite3 in
+    this process only)."""
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        target = str(Path(path).expanduser()) if str(path) != ":memory:" else ":memory:"
-        self.db = sqlite3.connect(target, timeout=30, isolation_level=None, check_same_thread=False)
-        with self._transaction() as db:
-            for statement in SCHEMA.split(";"):
-                if statement.strip():
-                    db.execute(statement)
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
+    def __init__(self, location: str | Path = ":memory:", study: str = "") -> None:
+        self.db = StateDB(location, study)
         try:
-            yield self.db
+            self.db.create(SCHEMA)
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.close()
             raise
-        self.db.execute("COMMIT")
 
     def close(self) -> None:
         self.db.close()
@@ -123,7 +117,7 @@ class PageState:
     # -- changes ---------------------------------------------------------------------------
     def consent(self, participant: str, now: float) -> bool:
         """Record the participant's consent; False when it was given before."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute("SELECT consented FROM page_people WHERE participant = ?",
                              (participant,)).fetchone()
             if row and row[0] is not None:
@@ -137,7 +131,7 @@ class PageState:
                    max_turns: int | None, max_tokens: int | None, per_minute: int | None) -> int:
         """Begin a turn of the participant's current task (its number is returned), or refuse
         it: no consent yet, finished, a reply still coming (another tab), a limit reached."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute("SELECT consented, task, finished, tokens FROM page_people "
                              "WHERE participant = ?", (participant,)).fetchone()
             if not row or row[0] is None:
@@ -176,7 +170,7 @@ class PageState:
     def finish_turn(self, turn: str, reply: str, ok: bool, tokens: int,
                     condition: str | None = None, unit: int | None = None) -> None:
         """The reply ended (`ok`: whole); its text joins the history, its tokens the count."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute("SELECT participant FROM page_turns WHERE turn = ? AND status = "
                              "'pending'", (turn,)).fetchone()
             if not row:
@@ -188,7 +182,7 @@ class PageState:
 
     def rate(self, participant: str, turn: str) -> Turn:
         """Mark the participant's finished turn rated (once) and return it."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute("SELECT turn, task, message, reply, status, rated, condition, unit "
                              "FROM page_turns WHERE turn = ? AND participant = ?",
                              (turn, participant)).fetchone()
@@ -204,14 +198,14 @@ class PageState:
 
     def unrate(self, participant: str, turn: str) -> None:
         """Take back a rating that could not be written down (the page is told to retry)."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             db.execute("UPDATE page_turns SET rated = 0 WHERE turn = ? AND participant = ?",
                        (turn, participant))
 
     def next_task(self, participant: str, needed: int, tasks: int, now: float) -> bool:
         """Move on from the current task once `needed` of its replies are rated; True when that
         was the last task (the participant finished)."""
-        with self._transaction() as db:
+        with self.db.transaction() as db:
             row = db.execute("SELECT task, finished FROM page_people WHERE participant = ?",
                              (participant,)).fetchone()
             if not row:

@@ -37,7 +37,13 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
 from retimer.proxy.pac import addressed_to_proxy
-from retimer.proxy.study_state import MemoryState, SharedState, StateError, UnitFields
+from retimer.proxy.study_state import (
+    MemoryState,
+    SharedState,
+    StateError,
+    StateUnavailable,
+    UnitFields,
+)
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
 from retimer.study.participants import (
@@ -112,14 +118,15 @@ class Study:
         self.state: MemoryState | SharedState = MemoryState()
         self.warned: set[str] = set()
 
-    def _reset(self) -> None:
+    def _reset(self, study: str = "") -> None:
         self.state.close()
+        self.state = MemoryState()
         path = ctx.options.retimer_study_state
-        try:
-            self.state = SharedState(path) if path else MemoryState()
-        except StateError as e:
-            self.state = MemoryState()
-            raise exceptions.OptionsError(str(e)) from None
+        if path and study:
+            try:
+                self.state = SharedState(path, study)
+            except StateError as e:
+                raise exceptions.OptionsError(f"--study-state: {e}") from None
 
     def load(self, loader: Loader) -> None:
         loader.add_option("retimer_study", str, "",
@@ -128,8 +135,9 @@ class Study:
                           "The participant id of this proxy (empty: each request names its "
                           "participant, by the study's header or roster).")
         loader.add_option("retimer_study_state", str, "",
-                          "A sqlite3 file holding the study's unit positions, shared by the "
-                          "workers of `retimer study --workers N` (empty: in memory).")
+                          "Where the study's unit positions (and its page's state) live, shared "
+                          "by workers and instances: a sqlite3 file or a postgresql:// URL "
+                          "(empty: in memory).")
 
     def configure(self, updated: set[str]) -> None:
         if not updated & {"retimer_study", "retimer_participant", "retimer_study_state"}:
@@ -145,9 +153,10 @@ class Study:
                 design.check_participant(participant)
             else:
                 self.roster = load_roster(design, path)
-                self.passthrough = load_profile("passthrough")
+            self.passthrough = load_profile("passthrough")
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
+        self._reset(design.name)
         self.design, self.profiles, self.participant = design, profiles, participant
 
     # -- assignment ------------------------------------------------------------------------
@@ -165,6 +174,18 @@ class Study:
         if participant is not None:
             self.assign(flow, design, participant)
 
+    def unavailable(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
+                    error: StateUnavailable) -> None:
+        """The state database did not answer: the stream passes through untimed, and its record
+        says why (no condition: the unit's position is not known)."""
+        self._warn(f"retimer study: the study's state is unavailable, streams pass untimed "
+                   f"({error})")
+        assert self.passthrough is not None  # loaded with every study
+        flow.metadata[PROFILE_KEY] = self.passthrough
+        flow.metadata[RECORD_KEY] = {"study": design.name, "participant": participant,
+                                     "condition": None, "unit": None,
+                                     "study_error": f"state unavailable: {error}"}
+
     def assign(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
                conversation: str | None = None) -> None:
         """Give the flow the participant's condition for it (a unit, or their latest unit's);
@@ -176,19 +197,27 @@ class Study:
         else:
             shape = RequestShape.of_body(req.method, destination_host(flow), req.path, headers, request_body(flow))
         websocket = req.headers.get("upgrade", "").lower() == "websocket"
-        if is_unit_request(shape, websocket):
-            fields = self._unit(flow, design, shape, participant, conversation)
-            self.state.set_current(participant, fields)
-        elif (current := self.state.current(participant)) is not None:
-            fields = {**current, "unit": None}
-            fields.pop("conversation", None)
-        else:
-            condition = design.condition(participant, 0)
-            fields = {"study": design.name, "participant": participant,
-                      "condition": condition.name, "unit": None}
+        try:
+            if is_unit_request(shape, websocket):
+                fields = self._unit(flow, design, shape, participant, conversation)
+                self.state.set_current(participant, fields)
+            else:
+                fields = self._following(design, participant)
+        except StateUnavailable as e:
+            self.unavailable(flow, design, participant, e)
+            return
         assert fields["condition"] is not None  # an identified participant's fields name one
         flow.metadata[PROFILE_KEY] = self.profiles[fields["condition"]]
         flow.metadata[RECORD_KEY] = fields
+
+    def _following(self, design: StudyDesign, participant: str) -> UnitFields:
+        """A request that is not a unit: the condition of the participant's latest unit."""
+        if (current := self.state.current(participant)) is not None:
+            fields: UnitFields = {**current, "unit": None}
+            fields.pop("conversation", None)
+            return fields
+        return {"study": design.name, "participant": participant,
+                "condition": design.condition(participant, 0).name, "unit": None}
 
     def _identify(self, flow: http.HTTPFlow, design: StudyDesign) -> str | None:
         """The request's participant; None when it names nobody usable, after refusing it or
@@ -204,7 +233,7 @@ class Study:
                 return who.participant
             except StudyError as e:
                 who = Invalid(str(e))
-        self._warn(who.reason)
+        self._warn(f"retimer study: a request named no participant ({who.reason})")
         if isinstance(who, Invalid):
             flow.response = _refusal(400, who.reason)
         elif policy.unidentified == "refuse":
@@ -216,10 +245,11 @@ class Study:
                                          "condition": None, "unit": None}
         return None
 
-    def _warn(self, reason: str) -> None:
-        if reason not in self.warned and len(self.warned) < WARNED:
-            self.warned.add(reason)
-            log.warning(f"retimer study: a request named no participant ({reason})")
+    def _warn(self, message: str) -> None:
+        """Each distinct message once (at most WARNED of them: no log flood)."""
+        if message not in self.warned and len(self.warned) < WARNED:
+            self.warned.add(message)
+            log.warning(message)
 
     def _unit(
         self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape, participant: str,
@@ -262,8 +292,11 @@ class Study:
             body = flow.response.get_content(strict=False) or b""
         else:
             return
-        for linked in response_links(kind, body):
-            self.state.link(participant, linked, key)
+        try:
+            for linked in response_links(kind, body):
+                self.state.link(participant, linked, key)
+        except StateUnavailable as e:  # the next turn starts a unit of its own
+            self._warn(f"retimer study: a conversation's link was not kept ({e})")
 
     def retimer_record(self, record: Mapping[str, object]) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
@@ -276,12 +309,23 @@ class Study:
         entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
         stream_id = record["id"]
         assert isinstance(stream_id, str)  # a record's id is its flow's
-        self.state.add_rateable(participant, stream_id, entry)
+        try:
+            self.state.add_rateable(participant, stream_id, entry)
+        except StateUnavailable as e:
+            self._warn(f"retimer study: a stream was not offered for rating ({e})")
 
     # -- ratings ---------------------------------------------------------------------------
 
     def _serve_rating(self, flow: http.HTTPFlow) -> bool:
         """Answer GET/POST http://<proxy>/rate; False for any other request."""
+        try:
+            return self._rating_page(flow)
+        except StateUnavailable:
+            flow.response = _response(503, _json_error("the study's state is unavailable: "
+                                                       "try again in a moment"), json_body=True)
+            return True
+
+    def _rating_page(self, flow: http.HTTPFlow) -> bool:
         from mitmproxy.proxy.mode_specs import RegularMode
 
         req = flow.request

@@ -32,6 +32,7 @@ from mitmproxy import ctx, exceptions, http
 
 from retimer.proxy.hooks import PAGE_TURN_KEY
 from retimer.proxy.page_state import PageRefused, PageState, Progress
+from retimer.proxy.statedb import StateError, StateUnavailable
 from retimer.proxy.study_addon import Study
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.page import (
@@ -128,9 +129,11 @@ class StudyPage:
             self.assets = read_assets()
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
-        self.key = key
-        self.settings = settings
-        self.state = PageState(ctx.options.retimer_study_state or ":memory:")
+        try:
+            state = PageState(ctx.options.retimer_study_state or ":memory:", design.name)
+        except StateError as e:
+            raise exceptions.OptionsError(f"--study-state: {e}") from None
+        self.key, self.settings, self.state = key, settings, state
 
     def done(self) -> None:
         if self.state is not None:
@@ -186,6 +189,10 @@ class StudyPage:
                 flow.response = _json(404, {"error": f"no such page: {route}"})
         except PageRefused as e:
             flow.response = _json(e.status, {"error": str(e)})
+        except StateUnavailable as e:  # nothing acknowledged, nothing sent upstream
+            log.warning(f"retimer study: the study page's state is unavailable ({e})")
+            flow.response = _json(503, {"error": "The study is briefly unavailable: please try "
+                                        "again in a moment."})
 
     def _front(self, flow: http.HTTPFlow, settings: PageSettings, design: StudyDesign) -> None:
         """`/study/`: from a link with the participant's id, set the cookie and drop the id
@@ -293,20 +300,28 @@ class StudyPage:
         tokens = emitted.get("tokens") if isinstance(emitted, dict) else None
         ok = record.get("outcome") == "complete"
         condition, unit = record.get("condition"), record.get("unit")
-        self.state.finish_turn(flow.id, reply_text(self.settings.api, body), ok,
-                               tokens if isinstance(tokens, int) else 0,
-                               condition if isinstance(condition, str) else None,
-                               unit if isinstance(unit, int) else None)
+        self._finish(flow.id, reply_text(self.settings.api, body), ok,
+                     tokens if isinstance(tokens, int) else 0,
+                     condition if isinstance(condition, str) else None,
+                     unit if isinstance(unit, int) else None)
+
+    def _finish(self, turn: str, reply: str, ok: bool, tokens: int = 0,
+                condition: str | None = None, unit: int | None = None) -> None:
+        assert self.state is not None
+        try:
+            self.state.finish_turn(turn, reply, ok, tokens, condition, unit)
+        except StateUnavailable as e:  # the turn stays pending until PENDING_S: then broken
+            log.warning(f"retimer study: a page turn's end was not kept ({e})")
 
     def response(self, flow: http.HTTPFlow) -> None:
         """A turn that got no stream (an upstream error) is over: the page may send again."""
         if PAGE_TURN_KEY in flow.metadata and self.state is not None and flow.response is not None \
                 and not flow.response.stream:
-            self.state.finish_turn(flow.id, "", False, 0)
+            self._finish(flow.id, "", False)
 
     def error(self, flow: http.HTTPFlow) -> None:
         if PAGE_TURN_KEY in flow.metadata and self.state is not None:
-            self.state.finish_turn(flow.id, "", False, 0)
+            self._finish(flow.id, "", False)
 
     # -- ratings -----------------------------------------------------------------------------
     def _rate(self, flow: http.HTTPFlow, participant: str, design: StudyDesign) -> http.Response:

@@ -3,41 +3,38 @@ conversation's position, the ids that link a later turn to its conversation, the
 fields, and the streams the rating page may offer.
 
 One process keeps them in memory (`MemoryState`, the default). With `retimer study --workers N`
-every worker must agree whichever of them took a connection, so they share one small sqlite3
-database made for the run (`SharedState`, option `retimer_study_state`): every step that reads
-and then writes is one transaction (BEGIN IMMEDIATE), so two processes never hand out the same
-position. The calls are short and run on the proxy's loop.
+or several instances every process must agree whichever of them took a connection, so they
+share one database (`SharedState`, option `retimer_study_state`): a sqlite3 file, or PostgreSQL
+for instances on several machines (retimer.proxy.statedb). Every step that reads and then writes
+is one transaction under the database's write lock, so two processes never hand out the same
+position.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from retimer.proxy.statedb import StateDB, StateError, StateUnavailable
+
+__all__ = ["MemoryState", "SharedState", "StateError", "StateUnavailable", "UnitFields"]
+
 RATEABLE = 100  # recent streams per participant a page loaded earlier may still rate
-VERSION = 2  # PRAGMA user_version of a SharedState file: 2 keys everything by participant
 
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS counters (participant TEXT NOT NULL, name TEXT NOT NULL,
-                                     value INTEGER NOT NULL, PRIMARY KEY (participant, name));
-CREATE TABLE IF NOT EXISTS conversations (participant TEXT NOT NULL, key TEXT NOT NULL,
-                                          idx INTEGER NOT NULL, PRIMARY KEY (participant, key));
-CREATE TABLE IF NOT EXISTS aliases (participant TEXT NOT NULL, link TEXT NOT NULL,
-                                    key TEXT NOT NULL, PRIMARY KEY (participant, link));
-CREATE TABLE IF NOT EXISTS current (participant TEXT PRIMARY KEY, fields TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rateable (seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,
-                                     participant TEXT NOT NULL, entry TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS rateable_by_participant ON rateable (participant, seq);
+CREATE TABLE IF NOT EXISTS study_counters (participant TEXT NOT NULL, name TEXT NOT NULL,
+    value BIGINT NOT NULL, PRIMARY KEY (participant, name));
+CREATE TABLE IF NOT EXISTS study_conversations (participant TEXT NOT NULL, key TEXT NOT NULL,
+    idx BIGINT NOT NULL, PRIMARY KEY (participant, key));
+CREATE TABLE IF NOT EXISTS study_aliases (participant TEXT NOT NULL, link TEXT NOT NULL,
+    key TEXT NOT NULL, PRIMARY KEY (participant, link));
+CREATE TABLE IF NOT EXISTS study_current (participant TEXT PRIMARY KEY, fields TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS study_rateable (seq {serial}, id TEXT UNIQUE NOT NULL,
+    participant TEXT NOT NULL, entry TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (participant, seq)
 """
-
-
-class StateError(Exception):
-    """A --study-state file that cannot be used; str() is one line."""
 
 
 class UnitFields(TypedDict):
@@ -121,89 +118,76 @@ class MemoryState:
 
 
 class SharedState:
-    """The same positions in a sqlite3 file every worker of the run opens."""
+    """The same positions in a database every worker and instance opens (a sqlite3 file, or a
+    PostgreSQL URL); `study` names the study, so another study's state is refused."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.db = sqlite3.connect(str(Path(path).expanduser()), timeout=30, isolation_level=None)
-        with self._transaction() as db:
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            (tables,) = db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()
-            if version == VERSION or not tables:
-                for statement in SCHEMA.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
-                db.execute(f"PRAGMA user_version = {VERSION}")
-        if version != VERSION and tables:
-            self.db.close()
-            raise StateError(f"{path}: made by an older retimer (state version {version}); "
-                             f"give a new --study-state file")
-
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")  # the write lock first: read-then-write is atomic
+    def __init__(self, location: str | Path, study: str = "") -> None:
+        self.db = StateDB(location, study)
         try:
-            yield self.db
+            self.db.create(SCHEMA)
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self.db.close()
             raise
-        self.db.execute("COMMIT")
 
     def next_request(self, participant: str) -> int:
-        with self._transaction() as db:
-            row = db.execute("SELECT value FROM counters WHERE participant = ? AND name = "
-                             "'requests'", (participant,)).fetchone()
-            index = row[0] if row else 0
-            db.execute("INSERT OR REPLACE INTO counters VALUES (?, 'requests', ?)",
+        with self.db.transaction() as db:
+            row = db.one("SELECT value FROM study_counters WHERE participant = ? AND name = "
+                         "'requests'", (participant,))
+            index = int(str(row[0])) if row else 0
+            db.execute("INSERT INTO study_counters VALUES (?, 'requests', ?) ON CONFLICT "
+                       "(participant, name) DO UPDATE SET value = excluded.value",
                        (participant, index + 1))
-        return int(index)
+        return index
 
     def conversation(self, participant: str, key: str) -> int:
-        with self._transaction() as db:
-            row = db.execute("SELECT idx FROM conversations WHERE participant = ? AND key = ?",
-                             (participant, key)).fetchone()
+        with self.db.transaction() as db:
+            row = db.one("SELECT idx FROM study_conversations WHERE participant = ? AND key = ?",
+                         (participant, key))
             if row:
-                return int(row[0])
-            (index,) = db.execute("SELECT COUNT(*) FROM conversations WHERE participant = ?",
-                                  (participant,)).fetchone()
-            db.execute("INSERT INTO conversations VALUES (?, ?, ?)", (participant, key, index))
-        return int(index)
+                return int(str(row[0]))
+            count = db.one("SELECT COUNT(*) FROM study_conversations WHERE participant = ?",
+                           (participant,))
+            index = int(str(count[0])) if count else 0
+            db.execute("INSERT INTO study_conversations VALUES (?, ?, ?)", (participant, key, index))
+        return index
 
     def alias_of(self, participant: str, ident: str) -> str:
-        row = self.db.execute("SELECT key FROM aliases WHERE participant = ? AND link = ?",
-                              (participant, ident)).fetchone()
+        row = self.db.one("SELECT key FROM study_aliases WHERE participant = ? AND link = ?",
+                          (participant, ident))
         return str(row[0]) if row else ident
 
     def link(self, participant: str, linked: str, key: str) -> None:
-        with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO aliases VALUES (?, ?, ?)", (participant, linked, key))
+        with self.db.transaction() as db:
+            db.execute("INSERT INTO study_aliases VALUES (?, ?, ?) ON CONFLICT (participant, link) "
+                       "DO UPDATE SET key = excluded.key", (participant, linked, key))
 
     def current(self, participant: str) -> UnitFields | None:
-        row = self.db.execute("SELECT fields FROM current WHERE participant = ?",
-                              (participant,)).fetchone()
-        return json.loads(row[0]) if row else None
+        row = self.db.one("SELECT fields FROM study_current WHERE participant = ?", (participant,))
+        return json.loads(str(row[0])) if row else None
 
     def set_current(self, participant: str, fields: UnitFields) -> None:
-        with self._transaction() as db:
-            db.execute("INSERT OR REPLACE INTO current VALUES (?, ?)", (participant, json.dumps(fields)))
+        with self.db.transaction() as db:
+            db.execute("INSERT INTO study_current VALUES (?, ?) ON CONFLICT (participant) DO "
+                       "UPDATE SET fields = excluded.fields", (participant, json.dumps(fields)))
 
     def add_rateable(self, participant: str, stream_id: str, entry: dict[str, object]) -> None:
-        with self._transaction() as db:
-            db.execute("DELETE FROM rateable WHERE id = ?", (stream_id,))  # to the end
-            db.execute("INSERT INTO rateable (id, participant, entry) VALUES (?, ?, ?)",
+        with self.db.transaction() as db:
+            db.execute("DELETE FROM study_rateable WHERE id = ?", (stream_id,))  # to the end
+            db.execute("INSERT INTO study_rateable (id, participant, entry) VALUES (?, ?, ?)",
                        (stream_id, participant, json.dumps(entry)))
-            db.execute("DELETE FROM rateable WHERE participant = ? AND seq NOT IN (SELECT seq "
-                       "FROM rateable WHERE participant = ? ORDER BY seq DESC LIMIT ?)",
+            db.execute("DELETE FROM study_rateable WHERE participant = ? AND seq NOT IN (SELECT "
+                       "seq FROM study_rateable WHERE participant = ? ORDER BY seq DESC LIMIT ?)",
                        (participant, participant, RATEABLE))
 
     def latest(self, participant: str) -> dict[str, object] | None:
-        row = self.db.execute("SELECT entry FROM rateable WHERE participant = ? ORDER BY seq DESC "
-                              "LIMIT 1", (participant,)).fetchone()
-        return json.loads(row[0]) if row else None
+        row = self.db.one("SELECT entry FROM study_rateable WHERE participant = ? ORDER BY seq "
+                          "DESC LIMIT 1", (participant,))
+        return json.loads(str(row[0])) if row else None
 
     def rateable_stream(self, participant: str, stream_id: str) -> dict[str, object] | None:
-        row = self.db.execute("SELECT entry FROM rateable WHERE participant = ? AND id = ?",
-                              (participant, stream_id)).fetchone()
-        return json.loads(row[0]) if row else None
+        row = self.db.one("SELECT entry FROM study_rateable WHERE participant = ? AND id = ?",
+                          (participant, stream_id))
+        return json.loads(str(row[0])) if row else None
 
     def close(self) -> None:
         self.db.close()
