@@ -189,6 +189,23 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
         time.sleep(0.3)
         lines = log_lines(proxy)
         served = fake.requests
+        token = (proxy.confdir / "study-admin-token").read_text().strip()
+        admin = httpx.get(f"{proxy.url}/study/admin.json", headers={"authorization": f"Bearer {token}"})
+        admin_page = httpx.get(f"{proxy.url}/study/admin", params={"token": token}).text
+        banner = proxy.stdout()
+    status = run_cli("study", str(study), "--status", str(proxy.log_path))
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0] == ("study page-study: 1 participant started, 1 finished; "
+                                             "2 units, 2 ratings")
+    assert "balance: every unit has the condition the design gives it" in status.stdout
+    assert admin.status_code == 200
+    figures = admin.json()
+    assert (figures["participants"], figures["finished"], figures["units"], figures["ratings"]) == (
+        1, 1, 2, 2)
+    assert {c["name"]: (c["units"], c["ratings"]) for c in figures["conditions"]} == {
+        c: (1, 1) for c in ("swift", "sluggish")}
+    assert status.stdout.splitlines()[0] in admin_page
+    assert "/study/admin?token=TOKEN" in banner and token not in banner
     assert not errors, errors
     assert code == "C0MPL3TE"
     streams = [x for x in lines if "type" not in x]
@@ -223,6 +240,8 @@ def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) 
     with PageProxy(tmp_path / "s", study, fake.url) as proxy:
         anon = httpx.Client(base_url=proxy.url, timeout=30)
         assert anon.get("/study/").status_code == 400  # no link, no cookie
+        assert anon.get("/study/admin").status_code == 401  # the admin view needs its token
+        assert anon.get("/study/admin.json", params={"token": "x" * 40}).status_code == 401
         odd = anon.get("/study/?participant=P1%3Cscript%3E")
         assert odd.status_code == 400 and "not valid" in odd.text and "<script>" not in odd.text
         p1 = httpx.Client(base_url=proxy.url, timeout=30)
@@ -290,3 +309,28 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
     assert (row["rating_speed"], row["rating_quality"], row["rating_slow"], row["rating_effort"]) == (
         "3", "", "true", "6")
     assert "rating_task" not in row and "rating_unit" not in row
+
+
+def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
+    from retimer.study.status import status_lines, summarize
+
+    design, _ = load_study(str(page_study(tmp_path)))
+    first = design.condition("P1", 0).name
+    other = design.condition("P1", 1).name
+    records = [
+        {"type": "participant", "event": "consented", "study": "page-study", "participant": "P1"},
+        {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},
+        {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},  # a retry
+        {"study": "page-study", "participant": "P1", "condition": other, "unit": 1,
+         "upstream_bound": True},
+        {"type": "rating", "study": "page-study", "participant": "P1", "condition": other},
+        {"study": "page-study", "participant": None, "condition": None, "unit": None},
+        {"study": "another", "participant": "P9", "condition": "x", "unit": 0},
+    ]
+    status = summarize(design, records)
+    assert (status.participants, status.finished, status.units, status.ratings) == (1, 0, 2, 1)
+    by = {c.name: c for c in status.conditions}
+    assert (by[first].units, by[first].streams, by[other].excluded, by[other].ratings) == (1, 2, 1, 1)
+    assert (status.untimed, status.other_studies) == (1, 1)
+    text = "\n".join(status_lines(design, status))
+    assert "1 streams untimed" in text and "1 records of other studies left out" in text

@@ -27,7 +27,7 @@ from retimer.proxy.study_addon import load_study
 from retimer.proxy.study_state import SharedState
 from tests.balancer import HAProxy
 from tests.postgres import Postgres
-from tests.proxy import RetimerProxy
+from tests.proxy import RetimerProxy, run_cli
 from tests.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.upstream import FakeLLM
 
@@ -172,8 +172,8 @@ def test_the_database_going_away_costs_no_stream_and_no_acknowledged_rating(
     assert "the study's state is unavailable" in err and "Traceback" not in err
 
 
-PARTICIPANTS = int(os.environ.get("RT_N", "40"))
-AT_ONCE = int(os.environ.get("RT_AT", "8"))
+PARTICIPANTS = 40
+AT_ONCE = 8  # browser contexts at once: participants overlap as they would online
 
 
 async def participant(browser: Any, url: str, pid: str) -> dict[str, Any]:
@@ -257,3 +257,8 @@ def test_forty_participants_through_two_instances_behind_haproxy(
     with psycopg.connect(fresh) as conn:
         rated = conn.execute("SELECT COUNT(*) FROM page_turns WHERE rated = 1").fetchone()
     assert rated == (2 * PARTICIPANTS,)
+    status = run_cli("study", str(study), "--status", str(a.log_path), str(b.log_path))
+    assert status.stdout.splitlines()[0] == (
+        f"study hosted-pg: {PARTICIPANTS} participants started, {PARTICIPANTS} finished; "
+        f"{2 * PARTICIPANTS} units, {2 * PARTICIPANTS} ratings")
+    assert "balance: every unit has the condition the design gives it" in status.stdout

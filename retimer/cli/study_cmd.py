@@ -51,6 +51,10 @@ def parser() -> OneLineParser:
     p.add_argument("--plan", type=int, default=0, metavar="N",
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
+    p.add_argument("--status", nargs="*", metavar="LOG", default=None,
+                   help="print where the study stands (participants, units per condition against "
+                   "the design, ratings, upstream-bound streams) from its records logs (default: "
+                   "--log's, or ./retimer-study.jsonl) and exit (for the experimenter)")
     p.set_defaults(**dict.fromkeys(TIMING_OPTIONS))
     p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
@@ -78,6 +82,11 @@ def main(argv: list[str]) -> None:
             if args.participant:
                 design.check_participant(args.participant)
             print_plan(design, args.participant, args.plan)
+            return
+        if args.status is not None:
+            logs = args.status or [args.log or (f"retimer-study-{args.participant}.jsonl"
+                                                if args.participant else "retimer-study.jsonl")]
+            print_status(design, logs)
             return
         if args.participant:
             design.check_participant(args.participant)
@@ -109,6 +118,8 @@ def main(argv: list[str]) -> None:
         param = design.page.participant_params[0]
         banner.append(f"  page     {proxy}/study/?{param}=ID  (each participant's link; put it "
                       "behind an HTTPS front end to share it)")
+        banner.append(f"  admin    {proxy}/study/admin?token=TOKEN  (TOKEN: $RETIMER_STUDY_ADMIN_TOKEN "
+                      f"or the file {config.confdir / 'study-admin-token'})")
     config = replace(
         config,
         seed=design.timing_seed(args.participant) if config.seed is None else config.seed,
@@ -159,6 +170,32 @@ def shared_state(location: str, study: str) -> str:
     except ImportError:
         fail("--study-state: PostgreSQL needs psycopg: pip install 'retimer[postgres]'")
     return full
+
+
+def print_status(design: StudyDesign, logs: list[str]) -> None:
+    """`--status`: the experimenter's view of the logs (a missing log is one line)."""
+    import json
+    from pathlib import Path
+
+    from retimer.study.status import status_lines, summarize
+
+    records: list[dict[str, object]] = []
+    for name in logs:
+        try:
+            text = Path(name).expanduser().read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise StudyError(f"--status: {name}: no such records log") from None
+        except OSError as e:
+            raise StudyError(f"--status: {name}: {e.strerror}") from None
+        for line in text.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                records.append(obj)
+    for line in status_lines(design, summarize(design, records)):
+        print(line)
 
 
 def print_plan(design: StudyDesign, participant: str, units: int) -> None:

@@ -19,6 +19,7 @@ instance can answer any request of any participant.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import logging
 import os
@@ -43,7 +44,8 @@ from retimer.study.page import (
     upstream_request,
     verify_cookie,
 )
-from retimer.study.page_app import ASSETS, app_page, message_page
+from retimer.study.page_app import ASSETS, admin_page, app_page, message_page
+from retimer.study.status import status_lines, summarize
 from retimer.timing.pacer import StreamPacer
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ PREFIX = "/study/"
 COOKIE = "retimer_study"
 SECRET_ENV = "RETIMER_STUDY_SECRET"
 SECRET_FILE = "study-page-secret"
+ADMIN_ENV = "RETIMER_STUDY_ADMIN_TOKEN"
+ADMIN_FILE = "study-admin-token"
 TURN_HEADER = "x-study-turn"
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
        "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
@@ -69,26 +73,26 @@ def read_assets() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-def page_secret(confdir: str) -> bytes:
-    """The cookies' key: RETIMER_STUDY_SECRET, else a random key kept in the confdir (made once,
-    atomically, so instances sharing a confdir sign alike)."""
-    if env := os.environ.get(SECRET_ENV, ""):
-        if len(env) < 16:
-            raise StudyError(f"{SECRET_ENV}: expected at least 16 characters")
-        return env.encode("utf-8")
+def kept_secret(confdir: str, env: str, name: str) -> bytes:
+    """A key from the environment variable `env`, else a random one kept in the confdir's file
+    `name` (made once, atomically, so instances sharing a confdir agree)."""
+    if value := os.environ.get(env, ""):
+        if len(value) < 16:
+            raise StudyError(f"{env}: expected at least 16 characters")
+        return value.encode("utf-8")
     folder = Path(confdir).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / SECRET_FILE
+    path = folder / name
     if not path.exists():
-        tmp = folder / f".{SECRET_FILE}.{os.getpid()}"
-        tmp.write_bytes(secrets.token_bytes(32))
+        tmp = folder / f".{name}.{os.getpid()}"
+        tmp.write_text(secrets.token_urlsafe(32))
         tmp.chmod(0o600)
         with contextlib.suppress(FileExistsError):
             os.link(tmp, path)  # the first instance's key wins
         tmp.unlink()
-    data = path.read_bytes()
+    data = path.read_bytes().strip()
     if len(data) < 16:
-        raise StudyError(f"{path}: the study page's key is too short; remove the file")
+        raise StudyError(f"{path}: the key is too short; remove the file")
     return data
 
 
@@ -100,6 +104,7 @@ class StudyPage:
         self.settings: PageSettings | None = None
         self.state: PageState | None = None
         self.secret = b""
+        self.admin = b""  # the admin view's token
         self.key = ""
         self.assets: dict[str, tuple[bytes, str]] = {}
 
@@ -125,7 +130,8 @@ class StudyPage:
                 raise StudyError(f"page.key_env: {settings.key_env} is not set: the page sends "
                                  "the researcher's API key upstream (set it to any text for a "
                                  "server that needs none)")
-            self.secret = page_secret(ctx.options.confdir)
+            self.secret = kept_secret(ctx.options.confdir, SECRET_ENV, SECRET_FILE)
+            self.admin = kept_secret(ctx.options.confdir, ADMIN_ENV, ADMIN_FILE)
             self.assets = read_assets()
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
@@ -158,6 +164,9 @@ class StudyPage:
             body, ctype = self.assets[route]
             flow.response = http.Response.make(200, body, {**_headers(ctype),
                                                            "cache-control": "max-age=3600"})
+            return
+        if route in ("admin", "admin.json") and flow.request.method == "GET":
+            flow.response = self._admin(flow, design, route == "admin.json")
             return
         participant = self._cookie(flow)
         if participant is None:
@@ -350,6 +359,28 @@ class StudyPage:
             self.state.unrate(participant, turn)
             raise PageRefused(503, "The rating could not be saved: please try again.")
         return _json(200, {"ok": True})
+
+    def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:
+        """The experimenter's view (retimer.study.status) of this instance's records log, for
+        the bearer of the admin token (`Authorization: Bearer` or `?token=`)."""
+        auth = flow.request.headers.get("authorization", "")
+        given = auth[7:].strip() if auth.lower().startswith("bearer ") else \
+            flow.request.query.get("token", "")
+        if not given or not hmac.compare_digest(given.encode("utf-8"), self.admin):
+            return _json(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, or the "
+                                        f"confdir's {ADMIN_FILE})"})
+        log_file = self.study.retimer.log
+        records: list[dict[str, object]] = []
+        if log_file is not None:
+            with contextlib.suppress(OSError):
+                for line in log_file.path.read_text(encoding="utf-8", errors="replace").splitlines():
+                    with contextlib.suppress(ValueError):
+                        if isinstance(obj := json.loads(line), dict):
+                            records.append(obj)
+        status = summarize(design, records)
+        if as_json:
+            return _json(200, status.as_json())
+        return _html(200, admin_page(design.name, status_lines(design, status)))
 
     def _note(self, design: StudyDesign, participant: str, event: str) -> None:
         """A participant's milestone in the records log (for `--status`)."""

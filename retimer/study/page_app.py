@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 
-__all__ = ["ASSETS", "app_page", "message_page"]
+__all__ = ["ASSETS", "admin_page", "app_page", "message_page"]
 
 # what /study/NAME serves: (file, content type); the files are read by the shell
 ASSETS = {
@@ -51,3 +51,10 @@ def message_page(title: str, message: str) -> str:
     """A page of one sentence (a link without a participant, an id that is not valid)."""
     return (f'{_head(title)}<header><h1>{html.escape(title)}</h1></header><main>'
             f'<div class="consent"><p>{html.escape(message)}</p></div></main></body></html>')
+
+
+def admin_page(study: str, lines: list[str]) -> str:
+    """The experimenter's view: retimer.study.status's lines (it names the conditions)."""
+    body = html.escape("\n".join(lines))
+    return (f'{_head(f"{study}: status")}<header><h1>Study {html.escape(study)}: status</h1>'
+            f'</header><main><pre class="status">{body}</pre></main></body></html>')
