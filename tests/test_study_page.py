@@ -334,3 +334,29 @@ def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
     assert (status.untimed, status.other_studies) == (1, 1)
     text = "\n".join(status_lines(design, status))
     assert "1 streams untimed" in text and "1 records of other studies left out" in text
+
+
+def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
+    from retimer.proxy.page_state import PENDING_S, PageRefused, PageState
+
+    state = PageState()
+    with pytest.raises(PageRefused, match="consent first"):
+        state.start_turn("P1", "t0", "hi", 0.0, 2, None, None, None)
+    state.consent("P1", 0.0)
+    state.start_turn("P1", "t1", "hi", 10.0, 2, None, None, None)
+    with pytest.raises(PageRefused, match="still coming in") as second_tab:
+        state.start_turn("P1", "t2", "hi again", 11.0, 2, None, None, None)
+    assert second_tab.value.status == 409
+    state.start_turn("P1", "t3", "later", 10.0 + PENDING_S + 1, 2, None, None, None)  # t1 lost
+    assert [t.status for t in state.progress("P1").turns] == ["broken", "pending"]
+    state.finish_turn("t3", "a long answer", True, 500)
+    state.rate("P1", "t3")
+    with pytest.raises(PageRefused, match="limit of response length") as tokens:
+        state.start_turn("P1", "t4", "more", 2000.0, 2, None, 500, None)
+    assert tokens.value.status == 429
+    with pytest.raises(PageRefused, match="at most 1 messages a minute"):
+        state.start_turn("P1", "t5", "more", 10.0 + PENDING_S + 30, 2, None, None, 1)
+    assert state.history("P1", 0) == [("user", "hi"), ("user", "later"),
+                                      ("assistant", "a long answer")]
+    with pytest.raises(PageRefused, match="not one of yours"):
+        state.rate("P2", "t3")
