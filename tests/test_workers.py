@@ -262,7 +262,7 @@ def test_report_and_export_take_the_logs_of_several_instances(tmp_path: Path, fa
     assert len(rows) == 12
     assert sorted(r.split(",")[1] for r in rows) == sorted(r["id"] for r in records)
     (rated_row,) = [r for r in rows if r.split(",")[1] == rated]
-    assert rated_row.endswith(",6,4")
+    assert rated_row.endswith(",6,4,")  # speed, quality, and no "felt slow" answer
     missing = run_cli("export", str(logs[0]), str(tmp_path / "absent.jsonl"))
     assert missing.returncode == 2 and missing.stderr.strip().endswith("absent.jsonl: no such file")
 
