@@ -24,9 +24,8 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
@@ -36,7 +35,7 @@ from retimer.profile.model import Profile, ProfileError
 from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
-from retimer.proxy.pac import addressed_to_proxy
+from retimer.proxy.rating_page import RatingPage
 from retimer.proxy.study_state import (
     MemoryState,
     SharedState,
@@ -53,14 +52,6 @@ from retimer.study.participants import (
     Roster,
     identify,
     parse_roster,
-)
-from retimer.study.ratings import (
-    PATH,
-    RatingError,
-    latest_json,
-    parse_rating,
-    rating_page,
-    rating_record,
 )
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
@@ -117,6 +108,7 @@ class Study:
         self.passthrough: Profile | None = None  # for requests naming nobody, policy pass
         self.state: MemoryState | SharedState = MemoryState()
         self.warned: set[str] = set()
+        self.rating_page = RatingPage(self)
 
     def _reset(self, study: str = "") -> None:
         self.state.close()
@@ -164,7 +156,7 @@ class Study:
         design = self.design
         if design is None or flow.response is not None:
             return
-        if design.ratings and self._serve_rating(flow):
+        if design.ratings and self.rating_page.serve(flow):
             return
         if PROFILE_KEY in flow.metadata:
             return
@@ -314,80 +306,6 @@ class Study:
         except StateUnavailable as e:
             self._warn(f"retimer study: a stream was not offered for rating ({e})")
 
-    # -- ratings ---------------------------------------------------------------------------
-
-    def _serve_rating(self, flow: http.HTTPFlow) -> bool:
-        """Answer GET/POST http://<proxy>/rate; False for any other request."""
-        try:
-            return self._rating_page(flow)
-        except StateUnavailable:
-            flow.response = _response(503, _json_error("the study's state is unavailable: "
-                                                       "try again in a moment"), json_body=True)
-            return True
-
-    def _rating_page(self, flow: http.HTTPFlow) -> bool:
-        from mitmproxy.proxy.mode_specs import RegularMode
-
-        req = flow.request
-        if req.path.split("?", 1)[0] != PATH or req.method not in ("GET", "POST"):
-            return False
-        sockname = flow.client_conn.sockname
-        if not isinstance(flow.client_conn.proxy_mode, RegularMode) or not sockname:
-            return False
-        if not addressed_to_proxy(req.host, req.port, sockname):
-            return False
-        wants_json = "json" in req.headers.get("accept", "")
-        participant, query = self.participant, ""
-        if not participant:  # many participants: the page's address names one
-            participant = req.query.get("participant", "")
-            query = urlencode({"participant": participant})
-            assert self.design is not None
-            try:
-                self.design.check_participant(participant, "participant")
-            except StudyError as e:
-                message = f"{e}: open {PATH}?participant=ID" if not participant else str(e)
-                flow.response = _response(400, _json_error(message) if wants_json else
-                                          rating_page(None, message, True), json_body=wants_json)
-                return True
-        latest = self.state.latest(participant)
-        if req.method == "GET":
-            if "latest" in req.query:
-                flow.response = _response(200, latest_json(latest), json_body=True)
-            else:
-                flow.response = _response(200, rating_page(latest, query=query))
-            return True
-        status, message = self._rate(flow, participant)
-        if wants_json:
-            body = '{"ok": true}' if status == 200 else _json_error(message)
-            flow.response = _response(status, body, json_body=True)
-        else:
-            page = rating_page(self.state.latest(participant), message, status != 200, query)
-            flow.response = _response(status, page)
-        return True
-
-    def _rate(self, flow: http.HTTPFlow, participant: str) -> tuple[int, str]:
-        req = flow.request
-        origin = req.headers.get("origin")
-        if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
-            return 403, "ratings are taken from this page only"
-        if self.retimer.log is None:
-            return 503, "ratings need a records log (--log)"
-        try:
-            stream_id, scores = parse_rating(req.get_content(strict=False) or b"",
-                                             req.headers.get("content-type", ""))
-        except RatingError as e:
-            return 400, str(e)
-        stream = self.state.rateable_stream(participant, stream_id)
-        if stream is None:
-            return 409, "that response is no longer known: reload the page"
-        now = datetime.now(UTC).isoformat(timespec="milliseconds")
-        self.retimer.log.write(rating_record(stream, scores, now))
-        return 200, "Saved. Thank you."
-
-
-def _json_error(message: str) -> str:
-    return json.dumps({"ok": False, "error": message})
-
 
 def _refusal(status: int, message: str) -> http.Response:
     """An API-shaped error (OpenAI's and Anthropic's clients show `error.message`)."""
@@ -395,14 +313,3 @@ def _refusal(status: int, message: str) -> http.Response:
                                                   f"retimer study: {message}"}})
     return http.Response.make(status, body.encode("utf-8"), {
         "content-type": "application/json", "cache-control": "no-store"})
-
-
-def _response(status: int, body: str, json_body: bool = False) -> http.Response:
-    ctype = "application/json" if json_body else "text/html; charset=utf-8"
-    return http.Response.make(status, body.encode("utf-8"), {
-        "content-type": ctype,
-        "cache-control": "no-store",
-        "x-content-type-options": "nosniff",
-        "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
-        "script-src 'unsafe-inline'; connect-src 'self'; form-action 'self'",
-    })

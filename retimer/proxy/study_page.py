@@ -32,6 +32,13 @@ from urllib.parse import urlsplit
 from mitmproxy import ctx, exceptions, http
 
 from retimer.proxy.hooks import PAGE_TURN_KEY
+from retimer.proxy.page_responses import (
+    headers,
+    html_response,
+    json_response,
+    read_assets,
+    redirect,
+)
 from retimer.proxy.page_state import PageRefused, PageState, Progress
 from retimer.proxy.statedb import StateError, StateUnavailable
 from retimer.proxy.study_addon import Study
@@ -44,7 +51,7 @@ from retimer.study.page import (
     upstream_request,
     verify_cookie,
 )
-from retimer.study.page_app import ASSETS, admin_page, app_page, message_page
+from retimer.study.page_app import admin_page, app_page, message_page
 from retimer.study.status import status_lines, summarize
 from retimer.timing.pacer import StreamPacer
 
@@ -57,22 +64,6 @@ SECRET_FILE = "study-page-secret"
 ADMIN_ENV = "RETIMER_STUDY_ADMIN_TOKEN"
 ADMIN_FILE = "study-admin-token"
 TURN_HEADER = "x-study-turn"
-CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
-       "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-PACKAGE = Path(__file__).resolve().parents[1]  # retimer/: the page's files are under it
-
-
-def read_assets() -> dict[str, tuple[bytes, str]]:
-    """The page's script, style and libraries, read once (a missing one is one line)."""
-    out: dict[str, tuple[bytes, str]] = {}
-    for name, (relative, ctype) in ASSETS.items():
-        try:
-            out[name] = ((PACKAGE / relative).read_bytes(), ctype)
-        except OSError as e:
-            raise StudyError(f"page: cannot read the page's {relative}: {e.strerror}") from None
-    return out
-
-
 def kept_secret(confdir: str, env: str, name: str) -> bytes:
     """A key from the environment variable `env`, else a random one kept in the confdir's file
     `name` (made once, atomically, so instances sharing a confdir agree)."""
@@ -152,7 +143,7 @@ class StudyPage:
             return
         path = flow.request.path.split("?", 1)[0]
         if path == PREFIX.rstrip("/"):
-            flow.response = _redirect(PREFIX + _query(flow))
+            flow.response = redirect(PREFIX + _query(flow))
             return
         if not path.startswith(PREFIX):
             return
@@ -162,7 +153,7 @@ class StudyPage:
             return
         if route in self.assets and flow.request.method == "GET":
             body, ctype = self.assets[route]
-            flow.response = http.Response.make(200, body, {**_headers(ctype),
+            flow.response = http.Response.make(200, body, {**headers(ctype),
                                                            "cache-control": "max-age=3600"})
             return
         if route in ("admin", "admin.json") and flow.request.method == "GET":
@@ -170,21 +161,21 @@ class StudyPage:
             return
         participant = self._cookie(flow)
         if participant is None:
-            flow.response = _json(401, {"error": "Open the study from the link you were given "
+            flow.response = json_response(401, {"error": "Open the study from the link you were given "
                                         "(your session is missing or not valid)."})
             return
         method = flow.request.method
         if method == "POST" and not self._same_origin(flow):
-            flow.response = _json(403, {"error": "This page's actions come from the page only."})
+            flow.response = json_response(403, {"error": "This page's actions come from the page only."})
             return
         try:
             if route == "api/state" and method == "GET":
-                flow.response = _json(200, self._progress(participant, settings))
+                flow.response = json_response(200, self._progress(participant, settings))
             elif route == "api/consent" and method == "POST":
                 assert self.state is not None
                 if self.state.consent(participant, time.time()):
                     self._note(design, participant, "consented")
-                flow.response = _json(200, {"ok": True})
+                flow.response = json_response(200, {"ok": True})
             elif route == "api/chat" and method == "POST":
                 self._chat(flow, participant, settings)
             elif route == "api/rate" and method == "POST":
@@ -193,14 +184,14 @@ class StudyPage:
                 assert self.state is not None
                 if self.state.next_task(participant, settings.turns, len(settings.tasks), time.time()):
                     self._note(design, participant, "finished")
-                flow.response = _json(200, {"ok": True})
+                flow.response = json_response(200, {"ok": True})
             else:
-                flow.response = _json(404, {"error": f"no such page: {route}"})
+                flow.response = json_response(404, {"error": f"no such page: {route}"})
         except PageRefused as e:
-            flow.response = _json(e.status, {"error": str(e)})
+            flow.response = json_response(e.status, {"error": str(e)})
         except StateUnavailable as e:  # nothing acknowledged, nothing sent upstream
             log.warning(f"retimer study: the study page's state is unavailable ({e})")
-            flow.response = _json(503, {"error": "The study is briefly unavailable: please try "
+            flow.response = json_response(503, {"error": "The study is briefly unavailable: please try "
                                         "again in a moment."})
 
     def _front(self, flow: http.HTTPFlow, settings: PageSettings, design: StudyDesign) -> None:
@@ -212,21 +203,21 @@ class StudyPage:
             try:
                 design.check_participant(named.strip(), "participant")
             except StudyError:
-                flow.response = _html(400, message_page(settings.title, "This link's participant "
+                flow.response = html_response(400, message_page(settings.title, "This link's participant "
                                       "id is not valid: please use the link from your invitation "
                                       "as it was given."))
                 return
-            flow.response = _redirect(PREFIX)
+            flow.response = redirect(PREFIX)
             secure = "; Secure" if _https(flow) else ""
             flow.response.headers["set-cookie"] = (
                 f"{COOKIE}={cookie_value(self.secret, named.strip())}; Path={PREFIX}; HttpOnly; "
                 f"SameSite=Strict; Max-Age=604800{secure}")
             return
         if self._cookie(flow) is None:
-            flow.response = _html(400, message_page(settings.title, "Please open this study from "
+            flow.response = html_response(400, message_page(settings.title, "Please open this study from "
                                   "the link you were given."))
             return
-        flow.response = _html(200, app_page(settings.title))
+        flow.response = html_response(200, app_page(settings.title))
 
     def _cookie(self, flow: http.HTTPFlow) -> str | None:
         value = flow.request.cookies.get(COOKIE)
@@ -358,7 +349,7 @@ class StudyPage:
         if not log_file.write(record):  # acknowledged only once it is in the log
             self.state.unrate(participant, turn)
             raise PageRefused(503, "The rating could not be saved: please try again.")
-        return _json(200, {"ok": True})
+        return json_response(200, {"ok": True})
 
     def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:
         """The experimenter's view (retimer.study.status) of this instance's records log, for
@@ -367,7 +358,7 @@ class StudyPage:
         given = auth[7:].strip() if auth.lower().startswith("bearer ") else \
             flow.request.query.get("token", "")
         if not given or not hmac.compare_digest(given.encode("utf-8"), self.admin):
-            return _json(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, or the "
+            return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, or the "
                                         f"confdir's {ADMIN_FILE})"})
         log_file = self.study.retimer.log
         records: list[dict[str, object]] = []
@@ -379,8 +370,8 @@ class StudyPage:
                             records.append(obj)
         status = summarize(design, records)
         if as_json:
-            return _json(200, status.as_json())
-        return _html(200, admin_page(design.name, status_lines(design, status)))
+            return json_response(200, status.as_json())
+        return html_response(200, admin_page(design.name, status_lines(design, status)))
 
     def _note(self, design: StudyDesign, participant: str, event: str) -> None:
         """A participant's milestone in the records log (for `--status`)."""
@@ -408,23 +399,3 @@ def _query(flow: http.HTTPFlow) -> str:
 def _https(flow: http.HTTPFlow) -> bool:
     return flow.request.scheme == "https" or \
         flow.request.headers.get("x-forwarded-proto", "").lower() == "https"
-
-
-def _headers(ctype: str) -> dict[str, str]:
-    return {"content-type": ctype, "cache-control": "no-store", "x-content-type-options": "nosniff",
-            "content-security-policy": CSP, "referrer-policy": "no-referrer",
-            "x-frame-options": "DENY"}
-
-
-def _json(status: int, obj: object) -> http.Response:
-    return http.Response.make(status, json.dumps(obj).encode("utf-8"), _headers("application/json"))
-
-
-def _html(status: int, page: str) -> http.Response:
-    return http.Response.make(status, page.encode("utf-8"), _headers("text/html; charset=utf-8"))
-
-
-def _redirect(location: str) -> http.Response:
-    response = http.Response.make(303, b"", _headers("text/plain"))
-    response.headers["location"] = location
-    return response
