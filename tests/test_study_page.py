@@ -145,7 +145,8 @@ def send(page: Any, text: str) -> None:
 
 def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: FakeLLM,
                                                       chromium: Any) -> None:
-    study = page_study(tmp_path)
+    panel = "https://panel.example/done?cc=C0MPL3TE"
+    study = page_study(tmp_path, completion={"code": "C0MPL3TE", "redirect": panel})
     design, profiles = load_study(str(study))
     shots = tmp_path / "shots"
     errors: list[str] = []
@@ -154,6 +155,8 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
         page = context.new_page()
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.route("https://panel.example/**", lambda route: route.fulfill(
+            body="back at the panel", content_type="text/plain"))  # the panel, offline
         page.goto(f"{proxy.url}/study/?PROLIFIC_PID=P1&STUDY_ID=s")
         assert page.url == f"{proxy.url}/study/"  # the id went into the cookie, out of the address
         page.wait_for_selector("#agree")
@@ -185,6 +188,7 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
         code = page.locator("#code").inner_text()
         page.screenshot(path=str(shots / "done.png"))
         shown = page.content()
+        page.wait_for_url(panel, timeout=15000)  # and back to the panel by itself
         context.close()
         time.sleep(0.3)
         lines = log_lines(proxy)

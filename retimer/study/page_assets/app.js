@@ -48,8 +48,8 @@ function render(){main.innerHTML='';document.title=S.title;document.getElementBy
    if(r.ok)return load();return err(r).then(function(e){var p=document.createElement('p');p.className='note';p.textContent=e;c.appendChild(p);});});};return;}
  if(S.finished){foot.hidden=true;var d=document.createElement('div');d.className='done';
   d.innerHTML='<h2>Thank you!</h2>'+(S.code?'<p>Your completion code:</p><p><span class="code" id="code">'+esc(S.code)+'</span></p>':'<p>You have finished.</p>')+
-  (S.redirect?'<p><a id="back" href="'+esc(S.redirect)+'">Return to the study site</a></p>':'');
-  main.appendChild(d);return;}
+  (S.redirect?'<p><a id="back" href="'+esc(S.redirect)+'">Return to the study site</a> (in a few seconds by itself)</p>':'');
+  main.appendChild(d);if(S.redirect&&/^https:\/\//.test(S.redirect))setTimeout(function(){location.href=S.redirect;},5000);return;}
  foot.hidden=false;var t=document.createElement('div');t.className='task';
  t.innerHTML='<b>Task '+(S.task+1)+' of '+S.tasks.length+'</b>'+md(S.tasks[S.task]);main.appendChild(t);
  var waiting=false,last=null;
