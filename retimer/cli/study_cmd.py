@@ -65,6 +65,11 @@ def _error(message: str) -> NoReturn:
 
 
 def main(argv: list[str]) -> None:
+    if argv[:1] == ["analyze"]:  # `retimer study analyze LOG ...` (retimer.cli.analyze_cmd)
+        from retimer.cli.analyze_cmd import main as analyze
+
+        analyze(argv[1:])
+        return
     args = parser().parse_intermixed_args(argv)
     for option in TIMING_OPTIONS:
         if getattr(args, option) is not None:

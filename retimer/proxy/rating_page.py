@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 from urllib.parse import urlencode, urlsplit
 
 from mitmproxy import http
 
+from retimer.proxy.addon import Retimer
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.proxy.statedb import StateUnavailable
-from retimer.study.design import StudyError
+from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.study.design import StudyDesign, StudyError
 from retimer.study.ratings import (
     PATH,
     RatingError,
@@ -27,14 +29,20 @@ from retimer.study.ratings import (
     rating_record,
 )
 
-if TYPE_CHECKING:
-    from retimer.proxy.study_addon import Study
+
+class RatedStudy(Protocol):
+    """What the page needs of the Study addon (retimer.proxy.study_addon.Study)."""
+
+    participant: str  # the proxy's one participant, or "" when each request names its own
+    design: StudyDesign | None
+    state: MemoryState | SharedState
+    retimer: Retimer  # its records log takes the ratings
 
 
 class RatingPage:
     """Serves `/rate` for the Study addon, from its state and into its records log."""
 
-    def __init__(self, study: Study) -> None:
+    def __init__(self, study: RatedStudy) -> None:
         self.study = study
 
     def serve(self, flow: http.HTTPFlow) -> bool:

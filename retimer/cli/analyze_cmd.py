@@ -1,0 +1,127 @@
+"""`retimer study analyze LOG.jsonl [LOG.jsonl ...]`: a study's records to an answer.
+
+Reads the logs as one (several instances' logs join), picks the study, leaves out what cannot
+count (each reason counted), and prints a plain-language line per comparison, the manipulation
+check, the descriptives and the tests (retimer.study.analysis); `--json` for scripts, `--html
+FILE` for a page with the plot, `--power EFFECT` for the participants a study of this design
+needs. Needs the `retimer[analysis]` extra (scipy, statsmodels).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn, TypedDict
+
+from retimer.cli.cmdline import OneLineParser, fail
+
+if TYPE_CHECKING:
+    from retimer.study.analysis import Analysis
+
+
+class PowerFigures(TypedDict):
+    effect: float
+    scale: str
+    needed: int | None
+    table: list[tuple[int, float]]
+
+__all__ = ["main", "parser"]
+
+
+def parser() -> OneLineParser:
+    p = OneLineParser(
+        prog="retimer study analyze",
+        description="Analyse a study from its records: manipulation check, ratings per "
+        "condition with 95 % intervals, the test the design calls for, what was left out.")
+    p.add_argument("logs", nargs="+", metavar="LOG.jsonl", help="records logs (read as one)")
+    p.add_argument("--study", metavar="STUDY.yaml", default="",
+                   help="the study file: its conditions' order (the first is the reference)")
+    p.add_argument("--study-name", metavar="NAME", default=None,
+                   help="the study to analyse when the logs hold several")
+    p.add_argument("--reference", metavar="CONDITION", default=None,
+                   help="the condition the others are compared with (default: the first)")
+    p.add_argument("--json", action="store_true", help="print the figures as JSON")
+    p.add_argument("--html", metavar="FILE", default="",
+                   help="also write the analysis as a self-contained HTML page with its plot")
+    p.add_argument("--power", metavar="EFFECT", type=float, default=None,
+                   help="also print the participants needed to find EFFECT rating points "
+                   "(simulated on this design and spread)")
+    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
+    return p
+
+
+def _error(message: str) -> NoReturn:
+    fail(f"{message} (see retimer study analyze --help)")
+
+
+def _records(names: list[str]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for name in names:
+        try:
+            text = Path(name).expanduser().read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            fail(f"{name}: no such file")
+        except OSError as e:
+            fail(f"{name}: {e.strerror}")
+        for line in text.splitlines():
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    args = parser().parse_args(argv)
+    from retimer.study.analysis import analyze, require_extras
+    from retimer.study.analysis_data import AnalysisError, collect
+    from retimer.study.analysis_view import analysis_html, analysis_json, analysis_lines
+
+    order: list[str] = []
+    if args.study:
+        from retimer.proxy.study_addon import load_study
+        from retimer.study.design import StudyError
+
+        try:
+            design, _ = load_study(args.study)
+        except StudyError as e:
+            fail(str(e))
+        order = design.names
+    try:
+        require_extras()
+        data = collect(_records(args.logs), args.study_name, order, args.reference)
+        analysis = analyze(data)
+    except AnalysisError as e:
+        fail(str(e))
+    out = sys.stdout
+    if args.json:
+        figures = analysis_json(analysis)
+        if args.power is not None:
+            figures["power"] = dict(_power(analysis, args.power))
+        print(json.dumps(figures, indent=2), file=out)
+    else:
+        for line in analysis_lines(analysis):
+            print(line, file=out)
+        if args.power is not None:
+            power = _power(analysis, args.power)
+            print("", file=out)
+            print(f"participants needed for {args.power:+g} points on {power['scale']} "
+                  f"(80 % power, p < 0.05, simulated on this design): "
+                  f"{power['needed'] or 'more than 200'}", file=out)
+            print("  " + "  ".join(f"{n}: {share:.0%}" for n, share in power["table"]), file=out)
+    if args.html:
+        try:
+            Path(args.html).expanduser().write_text(analysis_html(analysis), encoding="utf-8")
+        except OSError as e:
+            fail(f"--html: cannot write {args.html}: {e.strerror}")
+
+
+def _power(analysis: Analysis, effect: float) -> PowerFigures:
+    from retimer.study.power import power_table
+
+    rows, needed = power_table(analysis, effect)
+    return {"effect": effect, "scale": analysis.data.scales[0], "needed": needed,
+            "table": [(r.participants, r.power) for r in rows]}
