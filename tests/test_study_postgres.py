@@ -262,3 +262,13 @@ def test_forty_participants_through_two_instances_behind_haproxy(
         f"study hosted-pg: {PARTICIPANTS} participants started, {PARTICIPANTS} finished; "
         f"{2 * PARTICIPANTS} units, {2 * PARTICIPANTS} ratings")
     assert "balance: every unit has the condition the design gives it" in status.stdout
+    done = run_cli("study", "analyze", str(a.log_path), str(b.log_path), "--study", str(study),
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)  # the real logs, analysed: a Latin square's model
+    assert (figures["participants"], figures["rated_responses"]) == (PARTICIPANTS, 2 * PARTICIPANTS)
+    assert figures["conditions"] == ["brisk", "leisurely"]
+    assert [m["target_ttft_ms"] for m in figures["manipulation"]] == [
+        pytest.approx(profiles[c].ttft.p50 * 1000) for c in ("brisk", "leisurely")]
+    speed = next(c for c in figures["comparisons"] if c["scale"] == "speed")
+    assert speed["test"] == "mixed-model" and speed["ci"][0] <= 0 <= speed["ci"][1]
