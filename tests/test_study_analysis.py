@@ -167,3 +167,14 @@ def test_the_command_prints_writes_and_answers_json(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert missing.stderr.strip() == ("retimer: error: the analysis needs scipy and statsmodels: "
                                       "pip install 'retimer[analysis]' (scipy and statsmodels)")
+
+
+def test_degenerate_ratings_are_said_not_crashed() -> None:
+    records = simulate_records("latin-square", ["a", "b"], 8, 2, [0.0, 0.0], seed=1)
+    for r in records:
+        if r.get("type") == "rating":
+            r["speed"], r["quality"] = 3 + int(r["unit"]), 6  # type: ignore[call-overload]
+    analysis = analyze(collect(records))
+    assert analysis.comparisons == []
+    assert analysis.notes == ["speed: the mixed model could not be fitted (Singular matrix)",
+                              "quality: every rating is 6: nothing to test"]

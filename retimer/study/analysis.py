@@ -212,7 +212,10 @@ def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], list[str]]:
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fit = smf.mixedlm(formula, frame, groups=frame["participant"]).fit(reml=True)
+        try:
+            fit = smf.mixedlm(formula, frame, groups=frame["participant"]).fit(reml=True)
+        except (ValueError, ArithmeticError) as e:  # numpy's LinAlgError is a ValueError
+            raise AnalysisError(f"{scale}: the mixed model could not be fitted ({e})") from None
     if any("converge" in str(w.message).lower() for w in caught) or not fit.converged:
         notes.append(f"{scale}: the mixed model did not fully converge; read its interval with care")
     intervals = fit.conf_int(0.05)
@@ -247,6 +250,10 @@ def analyze(data: StudyData) -> Analysis:
     analysis = Analysis(data, design, manipulation(data), [], [])
     for scale in data.scales:
         analysis.described += describe(data, scale)
+        values = {r.scores[scale] for r in data.rows if scale in r.scores}
+        if len(values) == 1:
+            analysis.notes.append(f"{scale}: every rating is {values.pop():g}: nothing to test")
+            continue
         try:
             if design == "between":
                 found = [_welch(data, scale, c) for c in data.conditions[1:]]
