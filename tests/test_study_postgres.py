@@ -264,8 +264,8 @@ def test_forty_participants_through_two_instances_behind_haproxy(
     finished = [x["participant"] for x in lines if x.get("event") == "finished"]
     assert sorted(finished) == sorted(ids)
     with psycopg.connect(fresh) as conn:
-        rated = conn.execute("SELECT COUNT(*) FROM page_turns WHERE rated = 1").fetchone()
-    assert rated == (2 * PARTICIPANTS,)
+        kept = conn.execute("SELECT COUNT(*) FROM page_turns WHERE rated = 1").fetchone()
+    assert kept == (2 * PARTICIPANTS,)
     status = run_cli("study", str(study), "--status", str(a.log_path), str(b.log_path))
     assert status.stdout.splitlines()[0] == (
         f"study hosted-pg: {PARTICIPANTS} participants started, {PARTICIPANTS} finished; "
