@@ -364,3 +364,15 @@ def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
                                       ("assistant", "a long answer")]
     with pytest.raises(PageRefused, match="not one of yours"):
         state.rate("P2", "t3")
+
+
+def test_finishing_is_noted_once() -> None:
+    from retimer.proxy.page_state import PageState
+
+    state = PageState()
+    state.consent("P1", 0.0)
+    state.start_turn("P1", "t1", "hi", 1.0, 1, None, None, None)
+    state.finish_turn("t1", "hello", True, 3)
+    state.rate("P1", "t1")
+    assert [state.next_task("P1", 1, 1, 2.0), state.next_task("P1", 1, 1, 3.0)] == [True, False]
+    assert state.progress("P1").finished

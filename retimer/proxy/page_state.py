@@ -203,8 +203,8 @@ class PageState:
                        (turn, participant))
 
     def next_task(self, participant: str, needed: int, tasks: int, now: float) -> bool:
-        """Move on from the current task once `needed` of its replies are rated; True when that
-        was the last task (the participant finished)."""
+        """Move on from the current task once `needed` of its replies are rated; True when this
+        call finished the study (its last task), False otherwise (and once finished)."""
         with self.db.transaction() as db:
             row = db.execute("SELECT task, finished FROM page_people WHERE participant = ?",
                              (participant,)).fetchone()
@@ -212,7 +212,7 @@ class PageState:
                 raise PageRefused(409, "Please read and accept the consent first.")
             task, finished = row
             if finished is not None:
-                return True
+                return False  # finished before: nothing more to note
             (rated,) = db.execute("SELECT COUNT(*) FROM page_turns WHERE participant = ? AND "
                                   "task = ? AND rated = 1", (participant, task)).fetchone()
             if rated < needed:

@@ -161,12 +161,13 @@ class StudyPage:
             return
         participant = self._cookie(flow)
         if participant is None:
-            flow.response = json_response(401, {"error": "Open the study from the link you were given "
-                                        "(your session is missing or not valid)."})
+            flow.response = json_response(401, {"error": "Open the study from the link you were "
+                                                "given (your session is missing or not valid)."})
             return
         method = flow.request.method
         if method == "POST" and not self._same_origin(flow):
-            flow.response = json_response(403, {"error": "This page's actions come from the page only."})
+            flow.response = json_response(403, {"error": "This page's actions come from the page "
+                                                "only."})
             return
         try:
             if route == "api/state" and method == "GET":
@@ -191,8 +192,8 @@ class StudyPage:
             flow.response = json_response(e.status, {"error": str(e)})
         except StateUnavailable as e:  # nothing acknowledged, nothing sent upstream
             log.warning(f"retimer study: the study page's state is unavailable ({e})")
-            flow.response = json_response(503, {"error": "The study is briefly unavailable: please try "
-                                        "again in a moment."})
+            flow.response = json_response(503, {"error": "The study is briefly unavailable: "
+                                                "please try again in a moment."})
 
     def _front(self, flow: http.HTTPFlow, settings: PageSettings, design: StudyDesign) -> None:
         """`/study/`: from a link with the participant's id, set the cookie and drop the id
@@ -203,9 +204,9 @@ class StudyPage:
             try:
                 design.check_participant(named.strip(), "participant")
             except StudyError:
-                flow.response = html_response(400, message_page(settings.title, "This link's participant "
-                                      "id is not valid: please use the link from your invitation "
-                                      "as it was given."))
+                flow.response = html_response(400, message_page(
+                    settings.title, "This link's participant id is not valid: please use the "
+                    "link from your invitation as it was given."))
                 return
             flow.response = redirect(PREFIX)
             secure = "; Secure" if _https(flow) else ""
@@ -214,8 +215,8 @@ class StudyPage:
                 f"SameSite=Strict; Max-Age=604800{secure}")
             return
         if self._cookie(flow) is None:
-            flow.response = html_response(400, message_page(settings.title, "Please open this study from "
-                                  "the link you were given."))
+            flow.response = html_response(400, message_page(
+                settings.title, "Please open this study from the link you were given."))
             return
         flow.response = html_response(200, app_page(settings.title))
 
@@ -358,8 +359,8 @@ class StudyPage:
         given = auth[7:].strip() if auth.lower().startswith("bearer ") else \
             flow.request.query.get("token", "")
         if not given or not hmac.compare_digest(given.encode("utf-8"), self.admin):
-            return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, or the "
-                                        f"confdir's {ADMIN_FILE})"})
+            return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, "
+                                                f"or the confdir's {ADMIN_FILE})"})
         log_file = self.study.retimer.log
         records: list[dict[str, object]] = []
         if log_file is not None:
