@@ -9,6 +9,7 @@ needs. Needs the `retimer[analysis]` extra (scipy, statsmodels).
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from retimer.cli.cmdline import OneLineParser, fail
 
 if TYPE_CHECKING:
     from retimer.study.analysis import Analysis
+    from retimer.study.threshold import Thresholds
 
 
 class PowerFigures(TypedDict):
@@ -77,10 +79,12 @@ def _records(names: list[str]) -> list[dict[str, object]]:
 def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     from retimer.study.analysis import analyze, require_extras
-    from retimer.study.analysis_data import AnalysisError, collect
+    from retimer.study.analysis_data import AnalysisError, collect, study_of
     from retimer.study.analysis_view import analysis_html, analysis_json, analysis_lines
+    from retimer.study.threshold import thresholds
 
     order: list[str] = []
+    design = None
     if args.study:
         from retimer.proxy.study_addon import load_study
         from retimer.study.design import StudyError
@@ -90,9 +94,15 @@ def main(argv: list[str]) -> None:
         except StudyError as e:
             fail(str(e))
         order = design.names
+    records = _records(args.logs)
     try:
         require_extras()
-        data = collect(_records(args.logs), args.study_name, order, args.reference)
+        stairs = thresholds(records, study_of(records, args.study_name),
+                            design.staircase if design is not None else None)
+        if stairs is not None:
+            _staircase(args, stairs)
+            return
+        data = collect(records, args.study_name, order, args.reference)
         analysis = analyze(data)
     except AnalysisError as e:
         fail(str(e))
@@ -115,6 +125,28 @@ def main(argv: list[str]) -> None:
     if args.html:
         try:
             Path(args.html).expanduser().write_text(analysis_html(analysis), encoding="utf-8")
+        except OSError as e:
+            fail(f"--html: cannot write {args.html}: {e.strerror}")
+
+
+def _staircase(args: argparse.Namespace, stairs: Thresholds) -> None:
+    """A staircase study: its thresholds (retimer.study.threshold)."""
+    from retimer.study.threshold_view import threshold_json, threshold_lines, threshold_section
+
+    if args.power is not None or args.reference is not None:
+        fail(f"--{'power' if args.power is not None else 'reference'}: a staircase study "
+             "estimates thresholds; it has no conditions to compare")
+    if args.json:
+        print(json.dumps(threshold_json(stairs), indent=2))
+    else:
+        for line in threshold_lines(stairs):
+            print(line)
+    if args.html:
+        from retimer.study.analysis_view import page
+
+        try:
+            Path(args.html).expanduser().write_text(page(f"Analysis: {stairs.study}",
+                                                         threshold_section(stairs)), encoding="utf-8")
         except OSError as e:
             fail(f"--html: cannot write {args.html}: {e.strerror}")
 

@@ -26,6 +26,7 @@ from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.proxy_options import ProxyConfig, proxy_parser
 from retimer.cli.proxy_runner import run_proxy
 from retimer.study.design import StudyDesign, StudyError, williams_square
+from retimer.study.staircase import StaircaseSettings, position_after
 
 TIMING_OPTIONS = ("profile", "ttft", "tps", "jitter", "speed", "thinking")
 
@@ -205,6 +206,10 @@ def print_status(design: StudyDesign, logs: list[str]) -> None:
 
 def print_plan(design: StudyDesign, participant: str, units: int) -> None:
     """The assignment table: participants by units (the experimenter's view)."""
+    if design.staircase is not None:
+        for line in staircase_plan(design.name, design.staircase, units):
+            print(line)
+        return
     n = len(design.conditions)
     rows = len(williams_square(n)) if design.counterbalancing == "latin-square" else n
     people = [participant] if participant else [f"P{i}" for i in range(1, rows + 1)]
@@ -222,3 +227,29 @@ def print_plan(design: StudyDesign, participant: str, units: int) -> None:
     for p in people:
         names = [design.condition(p, i).name for i in range(count)]
         print(f"{p:<{width}}  {' '.join(names)}", file=out)
+
+
+def staircase_plan(name: str, stairs: StaircaseSettings, units: int) -> list[str]:
+    """A staircase has no fixed plan: its settings, and where two steady answerers would go."""
+    unit = stairs.unit_label
+    levels = ", ".join(_fmt(v) for v in stairs.levels)
+    stop = " and ".join(f"{n} {what}" for n, what in ((stairs.stop_reversals, "reversals"),
+                                                         (stairs.stop_units, "answers")) if n)
+    lines = [f"study {name}: a staircase on {stairs.vary}, {len(stairs.levels)} levels from fast "
+             f"to slow ({levels} {unit})",
+             f"rule {stairs.rule}: converges on the level felt slow {stairs.target:.1%} of the "
+             f"time; starts at {_fmt(stairs.levels[stairs.start])} {unit}, steps of "
+             f"{stairs.initial_step} level(s) until the first reversal; answer: {stairs.answer}"
+             + (f"; stops after {stop}" if stop else ""),
+             "each unit's level follows the participant's answers; for example, the first "
+             f"{units} units of a participant who answers"]
+    for label, slow in (("never slow ", False), ("always slow", True)):
+        answered: list[tuple[int, bool]] = []
+        for _ in range(units):
+            answered.append((position_after(stairs, answered).level, slow))
+        lines.append(f"  {label}  {' '.join(_fmt(stairs.levels[lv]) for lv, _ in answered)}")
+    return lines
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"

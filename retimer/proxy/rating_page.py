@@ -9,6 +9,7 @@ rates another participant's response.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import urlencode, urlsplit
@@ -38,6 +39,9 @@ class RatedStudy(Protocol):
     state: MemoryState | SharedState
     retimer: Retimer  # its records log takes the ratings
 
+    def answered(self, participant: str, unit: object, rating: Mapping[str, object]) -> None:
+        """A rating was written (a staircase study steps on its answer)."""
+
 
 class RatingPage:
     """Serves `/rate` for the Study addon, from its state and into its records log."""
@@ -66,32 +70,35 @@ class RatingPage:
         if not addressed_to_proxy(req.host, req.port, sockname):
             return False
         study = self.study
+        assert study.design is not None  # the page is served in a study only
+        stairs = study.design.staircase
+        ask = stairs is not None and not stairs.answer.scale  # the staircase's yes/no question
         wants_json = "json" in req.headers.get("accept", "")
         participant, query = study.participant, ""
         if not participant:  # many participants: the page's address names one
             participant = req.query.get("participant", "")
             query = urlencode({"participant": participant})
-            assert study.design is not None
             try:
                 study.design.check_participant(participant, "participant")
             except StudyError as e:
                 message = f"{e}: open {PATH}?participant=ID" if not participant else str(e)
                 flow.response = _response(400, _json_error(message) if wants_json else
-                                          rating_page(None, message, True), json_body=wants_json)
+                                          rating_page(None, message, True, ask_slow=ask),
+                                          json_body=wants_json)
                 return True
         latest = study.state.latest(participant)
         if req.method == "GET":
             if "latest" in req.query:
                 flow.response = _response(200, latest_json(latest), json_body=True)
             else:
-                flow.response = _response(200, rating_page(latest, query=query))
+                flow.response = _response(200, rating_page(latest, query=query, ask_slow=ask))
             return True
         status, message = self._rate(flow, participant)
         if wants_json:
             body = '{"ok": true}' if status == 200 else _json_error(message)
             flow.response = _response(status, body, json_body=True)
         else:
-            page = rating_page(study.state.latest(participant), message, status != 200, query)
+            page = rating_page(study.state.latest(participant), message, status != 200, query, ask)
             flow.response = _response(status, page)
         return True
 
@@ -112,8 +119,10 @@ class RatingPage:
         if stream is None:
             return 409, "that response is no longer known: reload the page"
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
-        if not log_file.write(rating_record(stream, scores, now)):
+        record = rating_record(stream, scores, now)
+        if not log_file.write(record):
             return 503, "the rating could not be written down: try again"
+        self.study.answered(participant, stream.get("unit"), record)
         return 200, "Saved. Thank you."
 
 

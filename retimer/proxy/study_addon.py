@@ -53,6 +53,7 @@ from retimer.study.participants import (
     identify,
     parse_roster,
 )
+from retimer.study.staircase import position_after
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
 
@@ -261,12 +262,34 @@ class Study:
             if ident.links and known is None:
                 flow.metadata[STUDY_LINK_KEY] = (ident.links, key, participant)
             conversation = design.short_hash(key)
-        condition = design.condition(participant, index, key)
+        stairs = design.staircase
+        if stairs is None:
+            condition = design.condition(participant, index, key)
+        else:
+            condition = design.conditions[state.unit_level(
+                participant, index, lambda answered: position_after(stairs, answered).level)]
         fields: UnitFields = {"study": design.name, "participant": participant,
                               "condition": condition.name, "unit": index}
         if conversation is not None:
             fields["conversation"] = conversation
+        if stairs is not None:
+            fields["level"] = stairs.levels[design.names.index(condition.name)]
+            fields["staircase"] = stairs.describe()
         return fields
+
+    def answered(self, participant: str, unit: object, rating: Mapping[str, object]) -> None:
+        """A rating was written: in a staircase study, its answer sets the participant's next
+        level (a unit's first answer counts)."""
+        design = self.design
+        if design is None or design.staircase is None or not isinstance(unit, int):
+            return
+        slow = design.staircase.answer.of(rating)
+        if slow is None:
+            return
+        try:
+            self.state.answer(participant, unit, slow)
+        except StateUnavailable as e:  # the rating is in the log; the walk misses one step
+            self._warn(f"retimer study: a staircase answer was not kept ({e})")
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
     def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:

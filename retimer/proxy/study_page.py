@@ -350,6 +350,7 @@ class StudyPage:
         if not log_file.write(record):  # acknowledged only once it is in the log
             self.state.unrate(participant, turn)
             raise PageRefused(503, "The rating could not be saved: please try again.")
+        self.study.answered(participant, found.unit, record)
         return json_response(200, {"ok": True})
 
     def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:

@@ -1,6 +1,6 @@
 """Where a study proxy keeps its unit positions, per participant: the request counter, each
 conversation's position, the ids that link a later turn to its conversation, the latest unit's
-fields, and the streams the rating page may offer.
+fields, the streams the rating page may offer, and a staircase study's levels and answers.
 
 One process keeps them in memory (`MemoryState`, the default). With `retimer study --workers N`
 or several instances every process must agree whichever of them took a connection, so they
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -33,8 +34,13 @@ CREATE TABLE IF NOT EXISTS study_aliases (participant TEXT NOT NULL, link TEXT N
 CREATE TABLE IF NOT EXISTS study_current (participant TEXT PRIMARY KEY, fields TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS study_rateable (seq {serial}, id TEXT UNIQUE NOT NULL,
     participant TEXT NOT NULL, entry TEXT NOT NULL);
-CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (participant, seq)
+CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (participant, seq);
+CREATE TABLE IF NOT EXISTS study_stairs (participant TEXT NOT NULL, unit BIGINT NOT NULL,
+    level BIGINT NOT NULL, answer BIGINT, PRIMARY KEY (participant, unit))
 """
+
+# a staircase's next level from the answered units so far: [(level given, slow?)] in unit order
+ChooseLevel = Callable[[Sequence[tuple[int, bool]]], int]
 
 
 class UnitFields(TypedDict):
@@ -45,6 +51,8 @@ class UnitFields(TypedDict):
     condition: str | None
     unit: int | None  # the unit's position; None on a request that is not a unit
     conversation: NotRequired[str]  # unit conversation: the conversation key's keyed hash
+    level: NotRequired[float]  # a staircase's unit: its TTFT in ms or its rate in tok/s
+    staircase: NotRequired[str]  # and the rule and answer it walks by ("2-down/1-up; slow")
 
 
 class _Positions:
@@ -56,6 +64,7 @@ class _Positions:
         self.aliases: dict[str, str] = {}
         self.latest_unit: UnitFields | None = None
         self.rateable: OrderedDict[str, dict[str, object]] = OrderedDict()
+        self.stairs: dict[int, tuple[int, bool | None]] = {}  # unit -> (level, answer)
 
 
 class MemoryState:
@@ -112,6 +121,26 @@ class MemoryState:
     def rateable_stream(self, participant: str, stream_id: str) -> dict[str, object] | None:
         """The participant's stream `stream_id`, if it may still be rated (never another's)."""
         return self._of(participant).rateable.get(stream_id)
+
+    def unit_level(self, participant: str, unit: int, choose: ChooseLevel) -> int:
+        """A staircase unit's level: the one it was given, else `choose`'s from the answers."""
+        stairs = self._of(participant).stairs
+        if unit not in stairs:
+            answered = [(lv, a) for _, (lv, a) in sorted(stairs.items()) if a is not None]
+            stairs[unit] = (choose(answered), None)
+        return stairs[unit][0]
+
+    def answer(self, participant: str, unit: int, slow: bool) -> bool:
+        """Keep a unit's answer; its first one counts (False: it had one, or is not known)."""
+        stairs = self._of(participant).stairs
+        if unit not in stairs or stairs[unit][1] is not None:
+            return False
+        stairs[unit] = (stairs[unit][0], slow)
+        return True
+
+    def stairs(self, participant: str) -> list[tuple[int, int, bool | None]]:
+        """(unit, level, answer) of the participant's staircase units, in unit order."""
+        return [(u, lv, a) for u, (lv, a) in sorted(self._of(participant).stairs.items())]
 
     def close(self) -> None:
         pass
@@ -188,6 +217,34 @@ class SharedState:
         row = self.db.one("SELECT entry FROM study_rateable WHERE participant = ? AND id = ?",
                           (participant, stream_id))
         return json.loads(str(row[0])) if row else None
+
+    def unit_level(self, participant: str, unit: int, choose: ChooseLevel) -> int:
+        with self.db.transaction() as db:
+            row = db.one("SELECT level FROM study_stairs WHERE participant = ? AND unit = ?",
+                         (participant, unit))
+            if row:
+                return int(str(row[0]))
+            answered = [(int(str(r[0])), bool(r[1])) for r in db.execute(
+                "SELECT level, answer FROM study_stairs WHERE participant = ? AND answer IS NOT "
+                "NULL ORDER BY unit", (participant,)).fetchall()]
+            level = choose(answered)
+            db.execute("INSERT INTO study_stairs VALUES (?, ?, ?, NULL)", (participant, unit, level))
+        return level
+
+    def answer(self, participant: str, unit: int, slow: bool) -> bool:
+        with self.db.transaction() as db:
+            row = db.one("SELECT answer FROM study_stairs WHERE participant = ? AND unit = ?",
+                         (participant, unit))
+            if not row or row[0] is not None:
+                return False
+            db.execute("UPDATE study_stairs SET answer = ? WHERE participant = ? AND unit = ?",
+                       (int(slow), participant, unit))
+        return True
+
+    def stairs(self, participant: str) -> list[tuple[int, int, bool | None]]:
+        rows = self.db.execute("SELECT unit, level, answer FROM study_stairs WHERE participant = ? "
+                               "ORDER BY unit", (participant,)).fetchall()
+        return [(int(str(u)), int(str(lv)), None if a is None else bool(a)) for u, lv, a in rows]
 
     def close(self) -> None:
         self.db.close()

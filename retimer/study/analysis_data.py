@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["AnalysisError", "Rated", "StudyData", "collect"]
+__all__ = ["AnalysisError", "Rated", "StudyData", "collect", "study_of"]
 
 META = frozenset({"type", "time", "stream", "stream_index", "study", "participant", "condition",
                   "unit", "task", "conversation", "slow"})
@@ -76,7 +76,8 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _study_of(records: Sequence[Mapping[str, object]], study: str | None) -> str:
+def study_of(records: Sequence[Mapping[str, object]], study: str | None) -> str:
+    """The one study of the records, or `study` if they hold it; else one line why not."""
     names = Counter(str(r["study"]) for r in records if isinstance(r.get("study"), str))
     if not names:
         raise AnalysisError("no study records in the log(s): were they written by `retimer study`?")
@@ -98,7 +99,7 @@ def collect(records: Iterable[Mapping[str, object]], study: str | None = None,
     `order` is the conditions' order (the study file's; else as the log first shows them),
     `reference` the one others are compared with (else the first)."""
     records = list(records)
-    name = _study_of(records, study)
+    name = study_of(records, study)
     mine = [r for r in records if r.get("study") == name]
     excluded: Counter[str] = Counter()
     streams: dict[str, Mapping[str, object]] = {}

@@ -12,7 +12,7 @@ from collections import defaultdict
 from retimer.study.analysis import Analysis, Comparison
 
 __all__ = ["analysis_html", "analysis_json", "analysis_lines", "analysis_section", "p_text",
-           "summary_line"]
+           "page", "summary_line"]
 
 TESTS = {"welch": "Welch's t test on per-participant means",
          "paired": "paired difference of per-participant means (Wilcoxon signed-rank p)",
@@ -171,11 +171,15 @@ def analysis_section(analysis: Analysis) -> str:
             f"<pre>{html.escape(chr(10).join(lines))}</pre></section>")
 
 
-def analysis_html(analysis: Analysis) -> str:
+def page(title: str, section: str) -> str:
+    """A self-contained page around an analysis section."""
     style = ("body{font:15px/1.45 system-ui,sans-serif;margin:1.5rem auto;max-width:60rem;"
              "padding:0 1rem;color:#1d1d1b}figure{display:inline-block;margin:.5rem 1rem .5rem 0}"
-             "figcaption{font-size:.85rem;color:#555;max-width:420px}pre{background:#f6f8fa;"
+             "figcaption{font-size:.85rem;color:#555;max-width:520px}pre{background:#f6f8fa;"
              "padding:.8rem;overflow-x:auto;font-size:.85rem}.summary li{margin:.3rem 0}")
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Analysis: '
-            f"{html.escape(analysis.data.study)}</title><style>{style}</style></head><body>"
-            f"{analysis_section(analysis)}</body></html>")
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>'
+            f"{html.escape(title)}</title><style>{style}</style></head><body>{section}</body></html>")
+
+
+def analysis_html(analysis: Analysis) -> str:
+    return page(f"Analysis: {analysis.data.study}", analysis_section(analysis))

@@ -20,6 +20,7 @@ Schema (one-line errors name the key)::
       roster: roster.csv
       unidentified: refuse         # refuse | pass
     page: {model: ..., tasks: [...]}   # optional: the hosted study page (page.py)
+    staircase: {vary: ttft, levels: [...]}  # instead of conditions: a threshold design (staircase.py)
     conditions:                    # required: at least two, names unique
       - name: fast                 # slug
         profile: cerebras          # a built-in name/alias or a YAML path (relative to the study)
@@ -41,6 +42,9 @@ How units map to conditions (`StudyDesign.assign`):
   order of conditions over blocks (cycling after n blocks). With none, each block draws its
   condition from the hash; a conversation with block_size 1 draws from its key instead of its
   position, so it keeps its condition across proxy restarts and machines.
+- staircase: the conditions are the levels, and a unit's level follows the participant's
+  answers (retimer.study.staircase.position_after, with the answers the proxy's state keeps); `assign`
+  gives the starting level, which is all a design alone can know.
 """
 
 from __future__ import annotations
@@ -53,6 +57,8 @@ from dataclasses import dataclass
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile
 from retimer.study.page import PageError, PageSettings, parse_page
 from retimer.study.participants import ParticipantError, ParticipantPolicy, parse_participants
+from retimer.study.ratings import SCALES
+from retimer.study.staircase import StaircaseError, StaircaseSettings, parse_staircase
 
 __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "StudyError",
            "UNITS", "participant_number", "parse_study", "resolve_conditions", "williams_square"]
@@ -62,7 +68,7 @@ COUNTERBALANCING = ("none", "latin-square")
 PARTICIPANT_IDS = ("any", "numbered")
 OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")
 TOP_KEYS = ("name", "description", "seed", "unit", "counterbalancing", "block_size",
-            "participant_ids", "ratings", "participants", "page", "conditions")
+            "participant_ids", "ratings", "participants", "page", "staircase", "conditions")
 CONDITION_KEYS = ("name", "profile", *OVERRIDE_KEYS)
 DEFAULT_BASE = EXPLICIT_SPEED_BASE  # a condition given only by ttft and tps: as on the CLI
 _SLUG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -125,6 +131,7 @@ class StudyDesign:
     description: str = ""
     participants: ParticipantPolicy = ParticipantPolicy()  # a many-participant proxy's rules
     page: PageSettings | None = None  # the hosted study page (retimer.study.page)
+    staircase: StaircaseSettings | None = None  # a threshold design: conditions are its levels
 
     # -- the keyed hash ------------------------------------------------------------------
     def _key(self) -> bytes:
@@ -177,6 +184,8 @@ class StudyDesign:
         """The condition (its index) of the participant's unit `index` (0-based); `key` is the
         conversation's key for unit conversation."""
         n = len(self.conditions)
+        if self.staircase is not None:
+            return self.staircase.start  # the next levels follow the answers (the proxy's state)
         if self.unit == "participant":
             return self._order("conditions", n)[self._slot(participant, "participant", n)]
         block = index // self.block_size
@@ -318,7 +327,13 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         page = parse_page(data.get("page"))
     except (ParticipantError, PageError) as e:
         raise StudyError(str(e)) from None
-    raw = data.get("conditions")
+    staircase: StaircaseSettings | None = None
+    if "staircase" in data:
+        staircase = _staircase(data, unit, counter, block, ratings, page)
+        raw: object = [{"name": name, "profile": staircase.profile, **dict(staircase.fixed),
+                        **dict([staircase.override(i)])} for i, name in enumerate(staircase.names())]
+    else:
+        raw = data.get("conditions")
     if not isinstance(raw, list) or len(raw) < 2:
         raise StudyError(f"conditions: expected a list of at least two conditions, got "
                          f"{_show(raw)}")
@@ -330,7 +345,35 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         seen.add(c.name)
     return StudyDesign(name=name, seed=seed, conditions=conditions, unit=unit,
                        counterbalancing=counter, block_size=block, participant_ids=ids,
-                       ratings=ratings, description=description, participants=participants, page=page)
+                       ratings=ratings, description=description, participants=participants, page=page,
+                       staircase=staircase)
+
+
+def _staircase(data: Mapping[str, object], unit: str, counter: str, block: int, ratings: bool,
+               page: PageSettings | None) -> StaircaseSettings:
+    """The staircase block, checked against the rest of the study."""
+    if "conditions" in data:
+        raise StudyError("conditions: a staircase study's conditions are its levels: give "
+                         "staircase.levels instead")
+    if unit == "participant" or counter != "none" or block != 1:
+        raise StudyError("staircase: each unit's level follows the last answer: use unit "
+                         "conversation or request, no counterbalancing, block_size 1")
+    if page is None and not ratings:
+        raise StudyError("staircase: the levels follow the participant's answers: serve the "
+                         "rating page (ratings: true) or the study page (page:)")
+    scales = [s.name for s in page.scales] if page is not None else list(SCALES)
+    raw = data["staircase"]
+    fixed = {}
+    if isinstance(raw, dict):
+        fixed = {k: _override(raw[k], f"staircase.{k}") for k in OVERRIDE_KEYS if k in raw}
+    try:
+        settings = parse_staircase(raw, scales, fixed)
+    except StaircaseError as e:
+        raise StudyError(str(e)) from None
+    if page is not None and not settings.answer.scale and not page.slow_question:
+        raise StudyError("staircase.answer: slow is the page's yes/no question: set "
+                         "page.slow_question: true, or answer by a scale ('speed <= 3')")
+    return settings
 
 
 def resolve_conditions(
@@ -339,19 +382,24 @@ def resolve_conditions(
     """Each condition's profile with its overrides (`load` reads a profile by name or path);
     errors name the condition's key."""
     out: dict[str, Profile] = {}
+    stairs = design.staircase
     for i, c in enumerate(design.conditions):
+        def label(key: str = "", i: int = i) -> str:
+            if stairs is None:
+                return f"conditions[{i}]" + (f".{key}" if key else "")
+            return "staircase." + ("levels" if key == stairs.vary else key or "levels")
         try:
             profile = load(c.profile)
         except ValueError as e:
-            raise StudyError(f"{where}: conditions[{i}].profile: {e}") from None
+            raise StudyError(f"{where}: {label('profile')}: {e}") from None
         for key, value in c.overrides:  # each alone first, so an error names its key
             try:
                 profile.with_overrides(**{key: value})
             except ValueError as e:
                 message = str(e).replace(f"--{key}", key)
-                raise StudyError(f"{where}: conditions[{i}].{key}: {message}") from None
+                raise StudyError(f"{where}: {label(key)}: {message}") from None
         try:
             out[c.name] = profile.with_overrides(**dict(c.overrides))
         except ValueError as e:
-            raise StudyError(f"{where}: conditions[{i}]: {e}") from None
+            raise StudyError(f"{where}: {label()}: {e}") from None
     return out

@@ -25,8 +25,9 @@ class RatingError(ValueError):
     """A rating that cannot be recorded; str() is one line for the participant."""
 
 
-def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | None]]:
-    """(stream id, {"speed": 1-7 or None, "quality": ...}) from a form or JSON body."""
+def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | bool | None]]:
+    """(stream id, {"speed": 1-7 or None, "quality": ..., "slow": True/False if answered}) from a
+    form or JSON body."""
     fields: Mapping[str, object]
     if "json" in content_type.lower():
         try:
@@ -44,7 +45,13 @@ def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | N
     stream = fields.get("stream")
     if not isinstance(stream, str) or not stream:
         raise RatingError("no response named: reload the page")
-    scores: dict[str, int | None] = {}
+    scores: dict[str, int | bool | None] = {}
+    slow = fields.get("slow")
+    if slow not in (None, ""):
+        answers = {"yes": True, "no": False, True: True, False: False}
+        if not isinstance(slow, str | bool) or slow not in answers:
+            raise RatingError("slow: expected yes or no")
+        scores["slow"] = answers[slow]
     for name in SCALES:
         value = fields.get(name)
         if value in (None, ""):
@@ -62,7 +69,7 @@ def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | N
     return stream, scores
 
 
-def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | None],
+def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | bool | None],
                   time_iso: str) -> dict[str, object]:
     """The log line for a rating of `stream` (that stream's record, or its study fields)."""
     return {
@@ -72,6 +79,7 @@ def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | None]
         "stream_index": stream.get("stream"),
         **{k: stream.get(k) for k in STUDY_FIELDS if k in stream},
         **{name: scores.get(name) for name in SCALES},
+        **({"slow": scores["slow"]} if "slow" in scores else {}),
     }
 
 
@@ -94,6 +102,7 @@ legend{font-weight:600;margin-bottom:.4rem}
 .scale input{position:absolute;opacity:0}
 .scale span.n{display:inline-block;width:2.4rem;line-height:2.4rem;text-align:center;
 border:1px solid #999;border-radius:.4rem;background:#fff;cursor:pointer}
+.scale span.n.w{width:4rem}
 .scale input:checked+span.n{background:#2b5;color:#fff;border-color:#2b5}
 .scale input:focus-visible+span.n{outline:2px solid #25a}
 #status{min-height:1.4rem;color:#2b5}#status.err{color:#b22}
@@ -141,11 +150,20 @@ def _scale(name: str) -> str:
             f"</div></fieldset>")
 
 
+_SLOW = ('<fieldset><legend>Did this response feel slow?</legend><div class="scale">'
+         '<label><input type="radio" name="slow" value="yes" aria-label="slow yes">'
+         '<span class="n w">Yes</span></label>'
+         '<label><input type="radio" name="slow" value="no" aria-label="slow no">'
+         '<span class="n w">No</span></label></div></fieldset>')
+
+
 def rating_page(
-    latest: Mapping[str, object] | None, message: str = "", error: bool = False, query: str = ""
+    latest: Mapping[str, object] | None, message: str = "", error: bool = False, query: str = "",
+    ask_slow: bool = False,
 ) -> str:
-    """The page: the latest response's two 1-7 scales (a click on a number saves it); `query`
-    (such as `participant=P3`) is kept on the form's address."""
+    """The page: the latest response's two 1-7 scales (a click on a number saves it), and with
+    `ask_slow` the yes/no "did it feel slow?" first; `query` (such as `participant=P3`) is kept
+    on the form's address."""
     if latest is None:
         about = "No response has finished yet. This page updates by itself."
         stream = ""
@@ -164,7 +182,7 @@ def rating_page(
         f'<p id="about">{about}</p>'
         f'<form id="f" method="post" action="{html.escape(action, quote=True)}"{hidden}>'
         f'<input type="hidden" name="stream" value="{stream}">'
-        f'{_scale("speed")}{_scale("quality")}'
+        f'{_SLOW if ask_slow else ""}{_scale("speed")}{_scale("quality")}'
         '<noscript><button type="submit">Send</button></noscript></form>'
         f'<p id="status" role="status"{status_class}>{html.escape(message)}</p>'
         f"</main><script>{_SCRIPT}</script></body></html>"

@@ -10,11 +10,13 @@ design gives everyone the same order, which no analysis can tell from a drift, s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from retimer.study.design import williams_square
+from retimer.study.staircase import StaircaseSettings, level_name, position_after
 
-__all__ = ["DESIGNS", "simulate_records"]
+__all__ = ["DESIGNS", "feels_slow", "simulate_records", "simulate_staircase"]
 
 DESIGNS = ("between", "within", "latin-square")
 
@@ -63,4 +65,44 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
             records.append({"type": "rating", "stream": stream, "study": study,
                             "participant": person, "condition": conditions[c], "unit": position,
                             scale: score})
+    return records
+
+
+def feels_slow(vary: str, stimulus: float, threshold: float, spread: float) -> float:
+    """A simulated participant's chance of calling a stimulus slow: a logistic function of the
+    log stimulus, 50 % at their threshold; `spread` is its scale in log units (0.1: from 0.27
+    to 0.73 between 10 % under and over the threshold)."""
+    z = math.log(stimulus / threshold) / spread
+    z = z if vary == "ttft" else -z  # a lower rate is slower
+    return 1.0 / (1.0 + math.exp(-max(-50.0, min(50.0, z))))
+
+
+def simulate_staircase(settings: StaircaseSettings, thresholds: Sequence[float], units: int,
+                       seed: int, *, spread: float = 0.12, delivery_sd: float = 0.0,
+                       study: str = "simulated-staircase") -> list[dict[str, object]]:
+    """Stream and rating records of a staircase study whose participant k has threshold
+    `thresholds[k]` (ms or tok/s): each unit's level follows their answers
+    (retimer.study.staircase.position_after), the delivered stimulus is the level times a log-normal
+    error (`delivery_sd`), and the answer is drawn from `feels_slow`."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    records: list[dict[str, object]] = []
+    key = "ttft_ms" if settings.vary == "ttft" else "tps"
+    for k, threshold in enumerate(thresholds):
+        person = f"P{k + 1}"
+        answered: list[tuple[int, bool]] = []
+        for unit in range(units):
+            level = position_after(settings, answered).level
+            value = settings.levels[level]
+            stimulus = value * math.exp(float(rng.normal(0.0, delivery_sd))) if delivery_sd else value
+            slow = bool(rng.random() < feels_slow(settings.vary, stimulus, threshold, spread))
+            answered.append((level, slow))
+            stream = f"{person}-{unit}"
+            records.append({"id": stream, "type": "stream", "study": study, "participant": person,
+                            "condition": level_name(settings.vary, value), "unit": unit,
+                            "level": value, "outcome": "complete", "upstream_bound": False,
+                            "target": {key: value}, "emitted": {key: stimulus}})
+            records.append({"type": "rating", "time": f"{k:04d}-{unit:06d}", "stream": stream,
+                            "study": study, "participant": person, "unit": unit, "slow": slow})
     return records

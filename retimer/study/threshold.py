@@ -1,0 +1,276 @@
+"""A staircase study's thresholds: at what TTFT (or below what rate) each participant starts to
+call a response slow, and the group's. Records in, figures out; statsmodels fits.
+
+The trials are the participant's staircase units with the answer that moved the walk (a unit's
+first answer; retimer.study.staircase), each at the stimulus it really got: the delivered TTFT
+or rate of the unit's first stream (`emitted`), else its level. A unit the upstream paced
+(`upstream_bound`) is left out and counted: the participant felt the upstream, not the level.
+
+Per participant, a logistic psychometric function of the log stimulus, slow ~ log(x), fitted by
+maximum likelihood (statsmodels' binomial GLM); the threshold is where it crosses the share of
+"slow" the rule converges on (50 % for 1-down/1-up), with a 95 % interval by the delta method on
+the log scale, never narrower than half a level's step either side (the grid's resolution).
+When the answers separate (every "slow" at a slower stimulus than every "not slow"), the slope
+has no bound: the threshold is the middle of the gap, its interval the gap and half a step more
+either side. When that cannot be fitted (the answers do not overlap, or the slope has the
+wrong sign), the geometric mean of the levels at the walk's reversals stands in (Levitt's
+estimate), and the line says so. The group's threshold is the geometric mean of the
+participants' with a t interval of their logs: each person counts once, however many units.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from retimer.study.analysis_data import AnalysisError
+from retimer.study.staircase import Answer, StaircaseSettings, parse_description
+
+__all__ = ["Fitted", "Thresholds", "Trial", "collect_trials", "fit_thresholds", "staircase_of",
+           "thresholds"]
+
+SLOW = Answer()  # the yes/no question
+MIN_TRIALS = 8  # fewer answered units: no estimate for that participant
+SKIP_REVERSALS = 2  # Levitt's estimate leaves out the first reversals (the approach)
+
+
+@dataclass(frozen=True)
+class Trial:
+    participant: str
+    unit: int
+    level: float  # the staircase's level (ms or tok/s)
+    stimulus: float  # what was delivered (the level when no figure was recorded)
+    slow: bool
+
+
+@dataclass(frozen=True)
+class Fitted:
+    """One participant's threshold."""
+
+    participant: str
+    trials: int
+    slow_share: float
+    threshold: float | None  # ms or tok/s; None: not estimable
+    ci: tuple[float, float] | None
+    slope: float | None  # per log unit of the stimulus
+    method: str  # psychometric fit | reversals | none
+    reversals: int
+    note: str = ""
+
+
+@dataclass
+class Thresholds:
+    study: str
+    vary: str  # ttft | tps
+    unit: str  # ms | tok/s
+    target: float  # the share of "slow" the threshold is read at
+    people: list[Fitted]
+    group: float | None
+    group_ci: tuple[float, float] | None
+    excluded: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
+
+    @property
+    def estimated(self) -> list[Fitted]:
+        return [p for p in self.people if p.threshold is not None]
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _vary_of(name: str) -> str | None:
+    for vary in ("ttft", "tps"):
+        if name.startswith(f"{vary}-"):
+            return vary
+    return None
+
+
+def collect_trials(records: Iterable[Mapping[str, object]], study: str,
+                   answer: Answer = SLOW) -> tuple[str, list[Trial], Counter[str]]:
+    """(what varies, the trials, what was left out) of a staircase study's records."""
+    units: dict[tuple[str, int], Mapping[str, object]] = {}
+    excluded: Counter[str] = Counter()
+    vary = ""
+    ratings: list[Mapping[str, object]] = []
+    streams: dict[str, tuple[str, int]] = {}
+    for r in records:
+        if r.get("study") != study:
+            continue
+        if r.get("type") == "rating":
+            ratings.append(r)
+            continue
+        if r.get("type", "stream") != "stream" or (level := _number(r.get("level"))) is None:
+            continue
+        participant, unit = r.get("participant"), r.get("unit")
+        if not isinstance(participant, str) or not isinstance(unit, int) or isinstance(unit, bool):
+            continue
+        found = _vary_of(str(r.get("condition", "")))
+        if found is None:
+            continue
+        vary = vary or found
+        streams[str(r.get("id"))] = (participant, unit)
+        units.setdefault((participant, unit), r)  # the unit's first stream is its stimulus
+    if not units:
+        raise AnalysisError(f"study '{study}' has no staircase units in the log(s) (their stream "
+                            "records carry a level)")
+    answers: dict[tuple[str, int], bool] = {}
+    for r in sorted(ratings, key=lambda r: str(r.get("time", ""))):
+        key = streams.get(str(r.get("stream")))
+        if key is None:
+            excluded["ratings of responses not in the log(s)"] += 1
+            continue
+        slow = answer.of(r)
+        if slow is not None:
+            answers.setdefault(key, slow)  # the first answer moved the walk
+    trials: list[Trial] = []
+    for key in sorted(units):
+        if key not in answers:
+            excluded["units with no answer"] += 1
+            continue
+        r = units[key]
+        if r.get("upstream_bound") is True:
+            excluded["units the upstream paced (upstream-bound)"] += 1
+            continue
+        level = float(str(r["level"]))
+        emitted = r.get("emitted")
+        figure = emitted.get("ttft_ms" if vary == "ttft" else "tps") if isinstance(emitted, Mapping) else None
+        stimulus = _number(figure)
+        trials.append(Trial(key[0], key[1], level, stimulus if stimulus and stimulus > 0 else level,
+                            answers[key]))
+    return vary, trials, excluded
+
+
+def _reversal_levels(levels: Sequence[float]) -> list[float]:
+    """The levels at which the sequence of given levels turned."""
+    out: list[float] = []
+    direction = 0
+    for before, after in zip(levels, levels[1:]):
+        if after == before:
+            continue
+        step = 1 if after > before else -1
+        if direction and step != direction:
+            out.append(before)
+        direction = step
+    return out
+
+
+def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str) -> Fitted:
+    import numpy as np
+    import statsmodels.api as sm
+
+    answers = [t.slow for t in trials]
+    share = sum(answers) / len(answers)
+    reversals = _reversal_levels([t.level for t in trials])
+    kept = reversals[SKIP_REVERSALS:] if len(reversals) >= SKIP_REVERSALS + 2 else reversals
+    fallback = math.exp(statistics.fmean(math.log(v) for v in kept)) if len(kept) >= 2 else None
+
+    def by_reversals(note: str) -> Fitted:
+        method = "reversals" if fallback is not None else "none"
+        return Fitted(participant, len(trials), share, fallback, None, None, method,
+                      len(reversals), note)
+
+    if len(trials) < MIN_TRIALS:
+        return Fitted(participant, len(trials), share, None, None, None, "none", len(reversals),
+                      f"{len(trials)} answered units (at least {MIN_TRIALS} are needed)")
+    if all(answers) or not any(answers):
+        edge = "the fastest" if all(answers) else "the slowest"
+        return Fitted(participant, len(trials), share, None, None, None, "none", len(reversals),
+                      f"every answer was {'slow' if all(answers) else 'not slow'}: the threshold "
+                      f"is beyond {edge} level")
+    x = np.log(np.array([t.stimulus for t in trials]))
+    y = np.array(answers, dtype=float)
+    distinct = sorted({math.log(t.level) for t in trials})
+    half = statistics.median(b - a for a, b in zip(distinct, distinct[1:])) / 2 \
+        if len(distinct) > 1 else 0.0
+    sign = 1.0 if vary == "ttft" else -1.0  # slower is a longer TTFT, a lower rate
+    fine = max(sign * v for v, slow in zip(x, answers) if not slow)
+    felt = min(sign * v for v, slow in zip(x, answers) if slow)
+    if fine <= felt:  # every "slow" slower than every "not slow": the slope has no bound
+        mid, lo, hi = sorted((sign * (fine + felt) / 2, sign * (fine - half), sign * (felt + half)))
+        return Fitted(participant, len(trials), share, math.exp(mid), (math.exp(lo), math.exp(hi)),
+                      None, "psychometric fit", len(reversals),
+                      "the answers separate: the threshold is between the levels where they turn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            result = sm.GLM(y, sm.add_constant(x), family=sm.families.Binomial()).fit()
+            b0, b1 = (float(v) for v in result.params)
+            cov = np.asarray(result.cov_params(), dtype=float)
+        except Exception:  # noqa: BLE001  # statsmodels raises several kinds on separation
+            return by_reversals("the answers do not overlap between levels: reversal estimate")
+    if not all(map(math.isfinite, (b0, b1))) or b1 * sign <= 0:
+        return by_reversals("no psychometric slope in the answers: reversal estimate")
+    logit = math.log(target / (1 - target))
+    log_t = (logit - b0) / b1
+    grad = np.array([-1.0 / b1, -(logit - b0) / b1**2])
+    se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0)))
+    low, high = min(x), max(x)
+    if not low - 0.5 <= log_t <= high + 0.5:
+        return by_reversals("the fitted threshold lies outside the levels given: reversal estimate")
+    # answers that flip within one level give a steep slope and a tight delta interval that the
+    # grid cannot resolve: the interval is at least half a level's step either side
+    width = max(1.96 * se, half) if math.isfinite(se) else half
+    ci = (math.exp(log_t - width), math.exp(log_t + width)) if width > 0 else None
+    return Fitted(participant, len(trials), share, math.exp(log_t), ci, b1,
+                  "psychometric fit", len(reversals))
+
+
+def fit_thresholds(study: str, vary: str, trials: Sequence[Trial], target: float,
+                   excluded: Counter[str] | None = None) -> Thresholds:
+    """Each participant's threshold at `target` (the rule's share of "slow"), and the group's."""
+    import scipy.stats
+
+    if not trials:
+        raise AnalysisError(f"study '{study}': no answered staircase units to fit")
+    by_person: dict[str, list[Trial]] = defaultdict(list)
+    for t in trials:
+        by_person[t.participant].append(t)
+    people = [_fit_one(p, sorted(ts, key=lambda t: t.unit), target, vary)
+              for p, ts in sorted(by_person.items())]
+    logs = [math.log(p.threshold) for p in people if p.threshold is not None]
+    group, group_ci = None, None
+    notes: list[str] = []
+    if logs:
+        group = math.exp(statistics.fmean(logs))
+        if len(logs) >= 2:
+            mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+            half = float(scipy.stats.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
+            group_ci = (math.exp(mean - half), math.exp(mean + half))
+        else:
+            notes.append("one participant's threshold: no group interval")
+    missing = [p.participant for p in people if p.threshold is None]
+    if missing:
+        notes.append(f"no threshold for {len(missing)} participant(s): {', '.join(missing[:8])}"
+                     + (" ..." if len(missing) > 8 else ""))
+    return Thresholds(study, vary, "ms" if vary == "ttft" else "tok/s", target, people, group,
+                      group_ci, excluded or Counter(), notes, list(trials))
+
+
+def staircase_of(records: Iterable[Mapping[str, object]], study: str) -> tuple[float, Answer] | None:
+    """(the share of "slow" its rule converges on, its answer) when `study` is a staircase study,
+    as its unit records say (`staircase`); else None."""
+    for r in records:
+        if r.get("study") == study and isinstance(text := r.get("staircase"), str):
+            if (found := parse_description(text)) is not None:
+                return found
+    return None
+
+
+def thresholds(records: Sequence[Mapping[str, object]], study: str,
+               settings: StaircaseSettings | None = None) -> Thresholds | None:
+    """The thresholds of a staircase study (the study file's `settings` over what its records
+    say); None when `study` is not one."""
+    found = (settings.target, settings.answer) if settings is not None else staircase_of(records, study)
+    if found is None:
+        return None
+    target, answer = found
+    vary, trials, excluded = collect_trials(records, study, answer)
+    return fit_thresholds(study, vary, trials, target, excluded)
