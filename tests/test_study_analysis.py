@@ -178,3 +178,26 @@ def test_degenerate_ratings_are_said_not_crashed() -> None:
     assert analysis.comparisons == []
     assert analysis.notes == ["speed: the mixed model could not be fitted (Singular matrix)",
                               "quality: every rating is 6: nothing to test"]
+
+
+def test_the_report_has_the_analysis_section(tmp_path: Path) -> None:
+    """`retimer report` of a study's log: the same figures as `study analyze`, in the page."""
+    import html
+
+    log = tmp_path / "study.jsonl"
+    records = simulate_records("latin-square", ["fast", "slow"], 8, 4, [0.0, -1.0], seed=3)
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = run_cli("study", "analyze", str(log)).stdout.splitlines()[2]
+    out = tmp_path / "report.html"
+    done = run_cli("report", str(log), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    page = html.unescape(out.read_text())
+    assert "Analysis: study simulated" in page and f"<li>{summary}</li>" in page
+    assert page.index("Analysis: study simulated") < page.index("<h2>Distributions</h2>")
+    missing = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['statsmodels'] = None; "
+         "from retimer.cli.main import main; main(['report', sys.argv[1], '-o', sys.argv[2]])",
+         str(log), str(tmp_path / "plain.html")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 0, missing.stderr
+    assert "retimer report: no analysis section: the analysis needs scipy and statsmodels" in missing.stderr
+    assert "Analysis: study" not in (tmp_path / "plain.html").read_text()

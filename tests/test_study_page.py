@@ -376,3 +376,38 @@ def test_finishing_is_noted_once() -> None:
     state.rate("P1", "t1")
     assert [state.next_task("P1", 1, 1, 2.0), state.next_task("P1", 1, 1, 3.0)] == [True, False]
     assert state.progress("P1").finished
+
+
+def test_a_staircase_on_the_study_page(tmp_path: Path, fake: FakeLLM) -> None:
+    """Each task's TTFT follows the participant's yes/no answers on the page."""
+    from retimer.study.staircase import parse_staircase, position_after
+
+    settings = {"vary": "ttft", "levels": [100, 200, 400, 800, 1600], "tps": 900, "jitter": 0,
+                "profile": "gpt-5"}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "page-staircase", "seed": 3, "unit": "conversation", "staircase": settings,
+        "page": {"model": "study-model", "tasks": [f"Task {i}" for i in range(5)],
+                 "slow_question": True, "completion": {"code": "DONE"}}}))
+    answers = [False, False, True, False, True]
+    with PageProxy(tmp_path / "s", path, fake.url) as proxy:
+        p1 = httpx.Client(base_url=proxy.url, timeout=30)
+        p1.get("/study/?participant=P1")
+        assert p1.post("/study/api/consent", json={}).status_code == 200
+        for slow in answers:
+            turn = p1.post("/study/api/chat", json={"text": "hi"}).headers["x-study-turn"]
+            rated = p1.post("/study/api/rate", json={"turn": turn, "slow": slow,
+                                                     "scores": {"speed": 4, "quality": 4}})
+            assert rated.status_code == 200, rated.text
+            assert p1.post("/study/api/next", json={}).status_code == 200
+        assert p1.get("/study/api/state").json()["code"] == "DONE"
+        time.sleep(0.3)
+        streams = [x for x in log_lines(proxy) if x.get("type", "stream") == "stream"]
+    stairs = parse_staircase(settings, ["speed"], {"tps": "900", "jitter": "0"})
+    walked = [stairs.levels[position_after(stairs, [(stairs.levels.index(s["level"]), a)
+                                                    for s, a in zip(streams[:k], answers)]).level]
+              for k in range(len(answers))]
+    assert [s["unit"] for s in streams] == [0, 1, 2, 3, 4]
+    assert [s["level"] for s in streams] == walked == [400, 800, 1600, 800, 1600]
+    assert [s["condition"] for s in streams] == [f"ttft-{v:g}ms" for v in walked]
+    assert all(s["emitted"]["ttft_ms"] == pytest.approx(s["level"], abs=60) for s in streams)

@@ -59,6 +59,12 @@ def test_positions_and_page_state_on_postgres(fresh: str) -> None:
     assert (state.alias_of("A", "resp_1"), state.alias_of("B", "resp_1")) == ("k", "resp_1")
     state.add_rateable("A", "s1", {"id": "s1"})
     assert state.latest("A") == {"id": "s1"} and state.rateable_stream("B", "s1") is None
+    # a staircase's levels and first answers (choose: one level up per "not slow")
+    choose = lambda answered: 4 + sum(1 if not slow else -1 for _, slow in answered)  # noqa: E731
+    assert [state.unit_level("A", 0, choose), state.unit_level("A", 0, choose)] == [4, 4]
+    assert state.answer("A", 0, False) and not state.answer("A", 0, True)
+    assert state.unit_level("A", 1, choose) == 5 and state.unit_level("B", 0, choose) == 4
+    assert state.stairs("A") == [(0, 4, False), (1, 5, None)]
     page = PageState(fresh, "pg-study")
     assert page.consent("A", 1.0) and not page.consent("A", 2.0)
     assert page.start_turn("A", "t1", "hi", 10.0, 2, None, None, None) == 0

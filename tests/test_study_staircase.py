@@ -273,6 +273,12 @@ def test_analyze_a_staircase_log(tmp_path: Path) -> None:
     assert [p["threshold"] for p in figures["participants"]] == [p.threshold for p in expected.people]
     page = (tmp_path / "a.html").read_text()
     assert "<svg" in page and "thresholds (ms) with 95 % intervals" in page
+    report = tmp_path / "report.html"
+    assert run_cli("report", str(log), "-o", str(report)).returncode == 0
+    import html
+
+    shown = html.unescape(report.read_text())
+    assert "Analysis: study t (staircase on ttft)" in shown and figures["summary"] in shown
     refused = run_cli("study", "analyze", str(log), "--power", "1")
     assert refused.returncode == 2 and "--power: a staircase study estimates thresholds" in refused.stderr
 

@@ -28,7 +28,7 @@ class PowerFigures(TypedDict):
     needed: int | None
     table: list[tuple[int, float]]
 
-__all__ = ["main", "parser"]
+__all__ = ["main", "parser", "report_sections"]
 
 
 def parser() -> OneLineParser:
@@ -157,3 +157,37 @@ def _power(analysis: Analysis, effect: float) -> PowerFigures:
     rows, needed = power_table(analysis, effect)
     return {"effect": effect, "scale": analysis.data.scales[0], "needed": needed,
             "table": [(r.participants, r.power) for r in rows]}
+
+
+def report_sections(records: list[dict[str, object]]) -> tuple[list[str], str]:
+    """`retimer report`'s analysis sections, one per study with ratings in the records, and a
+    line for the terminal when there is something to say (a missing extra, a study that cannot
+    be analysed)."""
+    import html
+
+    from retimer.study.analysis import analyze, require_extras
+    from retimer.study.analysis_data import AnalysisError, collect
+    from retimer.study.analysis_view import analysis_section
+    from retimer.study.threshold import thresholds
+    from retimer.study.threshold_view import threshold_section
+
+    studies = sorted({str(r["study"]) for r in records if r.get("type") == "rating"
+                      and isinstance(r.get("study"), str)})
+    if not studies:
+        return [], ""
+    try:
+        require_extras()
+    except AnalysisError as e:
+        return [], f"no analysis section: {e}"
+    sections: list[str] = []
+    notes: list[str] = []
+    for name in studies:
+        try:
+            stairs = thresholds(records, name)
+            sections.append(threshold_section(stairs) if stairs is not None else
+                            analysis_section(analyze(collect(records, name))))
+        except AnalysisError as e:
+            notes.append(f"study {name}: {e}")
+            sections.append(f'<section class="analysis"><h2>Analysis: study {html.escape(name)}'
+                            f"</h2><p>{html.escape(str(e))}</p></section>")
+    return sections, "; ".join(notes)

@@ -75,9 +75,14 @@ def main(argv: list[str]) -> None:
     results = [r for label, recs in sessions if (r := whatif(label, recs, profiles)) is not None]
     bad = sum(log.bad_lines for log in logs)
     report = build(chosen, args.title or ", ".join(names), bad, (by, results))
+    from retimer.cli.analyze_cmd import report_sections
+
+    sections, note = report_sections([*chosen, *(r for log in logs for r in log.rating_lines)])
+    if note:
+        print(f"retimer report: {note}", file=sys.stderr)
     out = Path(args.output).expanduser()
     try:
-        out.write_text(render_html(report), encoding="utf-8")
+        out.write_text(render_html(report, sections=sections), encoding="utf-8")
     except OSError as e:
         _fail(f"--output: cannot write {args.output}: {e.strerror}")
     print(f"retimer report: {len(chosen)} streams -> {out.resolve()}", file=sys.stderr)

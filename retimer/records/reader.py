@@ -35,6 +35,7 @@ class Log:
     records: list[dict[str, object]] = field(default_factory=list)  # JSON objects, unchecked
     bad_lines: int = 0
     ratings: int = 0  # rating lines joined to their stream
+    rating_lines: list[dict[str, object]] = field(default_factory=list)  # as written (analysis)
 
 
 def read_log(path: str | Path) -> Log:
@@ -70,6 +71,7 @@ def read_log(path: str | Path) -> Log:
             current = stream.get("rating")
             stream["rating"] = {**(current if isinstance(current, dict) else {}), **scores}
             log.ratings += 1
+    log.rating_lines = ratings
     return log
 
 

@@ -132,6 +132,10 @@ svg .key{font-size:10px;fill:#333}
 svg .plot{fill:#fcfcfc;stroke:#ccc}svg .grid{stroke:#eee}svg .axisline{stroke:#999}
 svg path.series{fill:none;stroke-width:1.6}svg path.s-target{stroke-width:1.3}
 tr.recorded td,tr.upstream td{font-weight:600}svg.whatif{max-width:100%;height:auto;margin-top:12px}
+section.analysis figure{display:inline-block;margin:6px 16px 6px 0;vertical-align:top}
+section.analysis figcaption{font-size:12px;color:#555;max-width:520px}
+section.analysis pre{background:#f6f8fa;padding:10px;overflow-x:auto;font-size:12px}
+section.analysis ul.summary li{display:list-item;list-style:disc;margin:2px 0 2px 16px}
 .legend span{display:inline-block;margin-right:14px}.legend i{display:inline-block;width:18px;
 height:0;border-top:2px solid;vertical-align:middle;margin-right:5px}
 """
@@ -147,7 +151,9 @@ def _legend() -> str:
         for t, c, s in items) + "</p>"
 
 
-def render_html(report: Report, now: datetime | None = None) -> str:
+def render_html(report: Report, now: datetime | None = None, sections: Sequence[str] = ()) -> str:
+    """The page; `sections` are HTML sections made elsewhere (a study's analysis) that follow
+    the table by group."""
     streams = report.streams
     times = sorted(str(v.record.get("time", "")) for v in streams if v.record.get("time"))
     span = (f"{escape(times[0][:19].replace('T', ' '))} to "
@@ -163,7 +169,7 @@ def render_html(report: Report, now: datetime | None = None) -> str:
         f"<h1>retimer report: {escape(report.title)}</h1>",
         f'<p class="meta">{len(streams)} streams, {span}{skipped}; made {made}.</p>',
         summary_html(summary([v.record for v in streams])),
-        f"<h2>By {escape(report.group_by)}</h2>", group_table(report),
+        f"<h2>By {escape(report.group_by)}</h2>", group_table(report), *sections,
         "<h2>Distributions</h2>", '<div class="charts">',
         *[render(c, DIST_WIDTH, 260 if c.series else 60 + 30 * len(c.bars), "dist")
           for c in report.distributions],
