@@ -363,6 +363,15 @@ def test_participants_of_known_thresholds_through_the_proxy(tmp_path: Path) -> N
             assert r["condition"] == f"ttft-{r['level']:g}ms"
             assert r["emitted"]["ttft_ms"] == pytest.approx(r["level"], abs=60), r
         assert len({lv for lv in levels}) >= 3  # it walked
+    status = run_cli("study", str(study), "--status", str(proxy.log_path)).stdout.splitlines()
+    assert status[0] == f"study ttft-threshold: 4 participants started, 0 finished; {4 * UNITS} units, {4 * UNITS} ratings"
+    for person, line in zip(THRESHOLDS, status[3:7]):
+        levels = [design.staircase.levels.index(r["level"]) for r in sorted(
+            (r for r in streams if r["participant"] == person), key=lambda r: r["unit"])]
+        after = position_after(design.staircase, list(zip(levels, [a for _, a in given[person]])))
+        assert line.split()[:3] == [person, str(UNITS), str(UNITS)]
+        assert line.split()[4] == f"{design.staircase.levels[after.level]:g}"
+        assert line.split()[6] == str(len(after.reversals))
     result = json.loads(run_cli("study", "analyze", str(proxy.log_path), "--json").stdout)
     found = {p["participant"]: p for p in result["participants"]}
     for person, truth in THRESHOLDS.items():

@@ -14,8 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from retimer.study.design import StudyDesign, williams_square
+from retimer.study.staircase import StaircaseSettings, position_after
 
-__all__ = ["ConditionStatus", "StudyStatus", "status_lines", "summarize"]
+__all__ = ["ConditionStatus", "StairProgress", "StudyStatus", "status_lines", "summarize"]
+SHOWN = 30  # participants listed by name in a staircase's status
 
 
 @dataclass
@@ -29,6 +31,21 @@ class ConditionStatus:
 
 
 @dataclass
+class StairProgress:
+    """One participant's staircase, as the records show it."""
+
+    units: dict[int, float] = field(default_factory=dict)  # unit -> level given
+    answers: dict[int, bool] = field(default_factory=dict)  # unit -> the first answer
+
+    def state(self, stairs: StaircaseSettings) -> tuple[float, int, bool]:
+        """(the next unit's level, reversals, done) from the answers in unit order."""
+        walked = position_after(stairs, [(stairs.levels.index(self.units[u]), a)
+                                         for u, a in sorted(self.answers.items())
+                                         if self.units.get(u) in stairs.levels])
+        return stairs.levels[walked.level], len(walked.reversals), walked.done
+
+
+@dataclass
 class StudyStatus:
     study: str
     participants: int = 0  # started: a unit, a consent or a rating
@@ -39,13 +56,16 @@ class StudyStatus:
     conditions: list[ConditionStatus] = field(default_factory=list)
     other_studies: int = 0  # records of other studies in the logs, left out
     positions: dict[int, Counter[str]] = field(default_factory=dict)  # unit -> conditions
+    stairs: dict[str, StairProgress] = field(default_factory=dict)  # a staircase's participants
 
     def as_json(self) -> dict[str, object]:
         return {"study": self.study, "participants": self.participants, "finished": self.finished,
                 "units": self.units, "ratings": self.ratings, "untimed": self.untimed,
                 "other_studies": self.other_studies,
                 "conditions": [vars(c) for c in self.conditions],
-                "positions": {str(k): dict(v) for k, v in sorted(self.positions.items())}}
+                "positions": {str(k): dict(v) for k, v in sorted(self.positions.items())},
+                "staircase": {p: {"units": len(s.units), "answered": len(s.answers)}
+                              for p, s in sorted(self.stairs.items())}}
 
 
 def summarize(design: StudyDesign, records: Iterable[Mapping[str, object]]) -> StudyStatus:
@@ -55,6 +75,8 @@ def summarize(design: StudyDesign, records: Iterable[Mapping[str, object]]) -> S
     people: set[str] = set()
     finished: set[str] = set()
     units: dict[tuple[str, int], str] = {}
+    streams: dict[str, tuple[str, int]] = {}  # a staircase's unit streams, for their answers
+    answers: list[Mapping[str, object]] = []
     for r in records:
         if r.get("study") != design.name:
             if r.get("study") is not None:
@@ -75,6 +97,7 @@ def summarize(design: StudyDesign, records: Iterable[Mapping[str, object]]) -> S
                 people.add(participant)
             if isinstance(condition, str) and condition in by_name:
                 by_name[condition].ratings += 1
+            answers.append(r)
             continue
         if kind != "stream":
             continue
@@ -93,9 +116,19 @@ def summarize(design: StudyDesign, records: Iterable[Mapping[str, object]]) -> S
                 status.positions.setdefault(unit, Counter())[condition] += 1
             if r.get("upstream_bound") is True:
                 entry.excluded += 1
+            level = r.get("level")
+            if design.staircase is not None and isinstance(level, int | float):
+                status.stairs.setdefault(participant, StairProgress()).units.setdefault(unit, float(level))
+                streams[str(r.get("id"))] = (participant, unit)
     status.participants, status.finished, status.units = len(people), len(finished), len(units)
-    for (participant, unit) in units:  # what the design gives the units run so far
-        by_name[design.condition(participant, unit).name].expected += 1
+    if design.staircase is not None:
+        for r in sorted(answers, key=lambda r: str(r.get("time", ""))):
+            slow = design.staircase.answer.of(r)
+            if (key := streams.get(str(r.get("stream")))) is not None and slow is not None:
+                status.stairs[key[0]].answers.setdefault(key[1], slow)
+    else:
+        for (participant, unit) in units:  # what the design gives the units run so far
+            by_name[design.condition(participant, unit).name].expected += 1
     status.conditions = list(by_name.values())
     return status
 
@@ -114,6 +147,8 @@ def status_lines(design: StudyDesign, status: StudyStatus) -> list[str]:
     lines = [f"study {status.study}: {_n(status.participants, 'participant')} started, "
              f"{status.finished} finished; {_n(status.units, 'unit')}, "
              f"{_n(status.ratings, 'rating')}"]
+    if design.staircase is not None:
+        return lines + _stair_lines(design.staircase, status)
     width = max(9, *(len(c.name) for c in status.conditions))
     lines.append(f"{'condition':<{width}}  {'units':>5}  {'design':>6}  {'streams':>7}  "
                  f"{'ratings':>7}  {'upstream-bound':>14}")
@@ -132,6 +167,27 @@ def status_lines(design: StudyDesign, status: StudyStatus) -> list[str]:
     if design.counterbalancing == "latin-square" and status.participants % _rows(design):
         lines.append(f"recruit in multiples of {_rows(design)} (the square's rows): "
                      f"{status.participants} started")
+    if status.untimed:
+        lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
+                     "unavailable)")
+    if status.other_studies:
+        lines.append(f"{status.other_studies} records of other studies left out")
+    return lines
+
+
+def _stair_lines(stairs: StaircaseSettings, status: StudyStatus) -> list[str]:
+    unit = stairs.unit_label
+    lines = [f"a staircase on {stairs.vary} ({stairs.rule}, answer: {stairs.answer}); per "
+             "participant:", f"{'participant':<12}  {'units':>5}  {'answered':>8}  "
+             f"{'slow':>5}  {'next level':>12}  {'reversals':>9}"]
+    for person, progress in sorted(status.stairs.items())[:SHOWN]:
+        level, reversals, done = progress.state(stairs)
+        answered = len(progress.answers)
+        share = f"{sum(progress.answers.values()) / answered:.0%}" if answered else "-"
+        lines.append(f"{person[:12]:<12}  {len(progress.units):>5}  {answered:>8}  {share:>5}  "
+                     f"{f'{level:g} {unit}':>12}  {reversals:>9}" + ("  done" if done else ""))
+    if len(status.stairs) > SHOWN:
+        lines.append(f"... and {len(status.stairs) - SHOWN} more participants")
     if status.untimed:
         lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
                      "unavailable)")
