@@ -154,6 +154,13 @@ def test_the_levels_are_the_conditions() -> None:
     assert design.assign("P1", 7) == 1  # without the state: the start
 
 
+def test_the_example_study_loads() -> None:
+    from retimer.proxy.study_addon import load_study
+
+    design, profiles = load_study(str(Path(__file__).parent.parent / "examples" / "staircase.yaml"))
+    assert design.staircase is not None and len(profiles) == 16 and design.staircase.stop_units == 30
+
+
 def test_plan_shows_the_rule_and_two_steady_walks(tmp_path: Path) -> None:
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({
@@ -162,7 +169,9 @@ def test_plan_shows_the_rule_and_two_steady_walks(tmp_path: Path) -> None:
     result = run_cli("study", str(path), "--plan", "5")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert "2-down/1-up" in lines[1] and "70.7%" in lines[1] and "starts at 400 ms" in lines[1]
+    assert lines[1] == "levels, fast to slow (ms): 100 200 400 800 1600"
+    assert lines[2] == "rule 2-down/1-up: settles where a response is called slow 70.7% of the time"
+    assert lines[3].startswith("starts at 400 ms, 1 level(s) a step")
     assert lines[-2].split()[-5:] == ["400", "800", "1600", "1600", "1600"]
     assert lines[-1].split()[-5:] == ["400", "400", "200", "200", "100"]
 
@@ -378,3 +387,18 @@ def test_participants_of_known_thresholds_through_the_proxy(tmp_path: Path) -> N
         assert found[person]["answers"] == UNITS
         assert found[person]["threshold"] == pytest.approx(truth, rel=0.2), (person, found[person])
     assert result["group"]["participants"] == len(THRESHOLDS)
+
+
+def test_the_rating_page_asks_the_yes_no_question_and_reads_it() -> None:
+    from retimer.study.ratings import RatingError, parse_rating, rating_page, rating_record
+
+    latest = {"id": "s1", "finished": "12:00:03", "host": "api.openai.com"}
+    assert "Did this response feel slow?" in rating_page(latest, ask_slow=True)
+    assert "Did this response feel slow?" not in rating_page(latest)
+    assert parse_rating(b"stream=s1&slow=yes", "application/x-www-form-urlencoded") == (
+        "s1", {"slow": True, "speed": None, "quality": None})
+    stream, scores = parse_rating(b'{"stream": "s1", "slow": false, "speed": 6}', "application/json")
+    assert rating_record({"id": stream, "unit": 3}, scores, "t")["slow"] is False
+    with pytest.raises(RatingError, match="slow: expected yes or no"):
+        parse_rating(b"stream=s1&slow=maybe", "application/x-www-form-urlencoded")
+    assert "slow" not in rating_record({"id": "s1"}, {"speed": 4, "quality": None}, "t")

@@ -235,14 +235,15 @@ def staircase_plan(name: str, stairs: StaircaseSettings, units: int) -> list[str
     levels = ", ".join(_fmt(v) for v in stairs.levels)
     stop = " and ".join(f"{n} {what}" for n, what in ((stairs.stop_reversals, "reversals"),
                                                          (stairs.stop_units, "answers")) if n)
-    lines = [f"study {name}: a staircase on {stairs.vary}, {len(stairs.levels)} levels from fast "
-             f"to slow ({levels} {unit})",
-             f"rule {stairs.rule}: converges on the level felt slow {stairs.target:.1%} of the "
-             f"time; starts at {_fmt(stairs.levels[stairs.start])} {unit}, steps of "
-             f"{stairs.initial_step} level(s) until the first reversal; answer: {stairs.answer}"
+    lines = [f"study {name}: a staircase on {stairs.vary}; each unit's level follows the "
+             "participant's answers",
+             f"levels, fast to slow ({unit}): {levels.replace(',', '')}",
+             f"rule {stairs.rule}: settles where a response is called slow {stairs.target:.1%} of "
+             "the time",
+             f"starts at {_fmt(stairs.levels[stairs.start])} {unit}, {stairs.initial_step} "
+             f"level(s) a step until the first reversal; answer: {stairs.answer}"
              + (f"; stops after {stop}" if stop else ""),
-             "each unit's level follows the participant's answers; for example, the first "
-             f"{units} units of a participant who answers"]
+             f"the first {units} units of a participant who answers"]
     for label, slow in (("never slow ", False), ("always slow", True)):
         answered: list[tuple[int, bool]] = []
         for _ in range(units):
