@@ -257,6 +257,19 @@ def test_answers_that_never_change_give_no_threshold_and_say_why() -> None:
     assert thresholds([{"study": "t", "type": "stream", "id": "a"}], "t") is None  # not a staircase
 
 
+def test_a_staircase_log_without_answers_is_one_line(tmp_path: Path) -> None:
+    records = [r for r in simulate_staircase(stairs(), [400.0], 6, 1, study="t")
+               if r.get("type") != "rating"]
+    for r in records:
+        r["staircase"] = "1-down/1-up; slow"
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = run_cli("study", "analyze", str(log))
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("retimer: error: study 't': no answered staircase units to fit "
+                                   "(6 units with no answer)")
+
+
 def test_feels_slow_is_half_at_the_threshold() -> None:
     assert feels_slow("ttft", 500.0, 500.0, 0.1) == 0.5
     assert feels_slow("ttft", 1000.0, 500.0, 0.1) > 0.99

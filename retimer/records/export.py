@@ -18,7 +18,7 @@ from typing import cast
 __all__ = ["COLUMNS", "Log", "columns", "csv_cell", "read_log", "rows"]
 
 COLUMNS = (
-    "time", "stream_id", "study", "participant", "condition", "unit", "conversation",
+    "time", "stream_id", "study", "participant", "condition", "unit", "conversation", "level",
     "protocol", "profile", "effective_profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
     "tokens", "upstream_bound", "upstream_wait_ms", "outcome", "rating_speed", "rating_quality",
     "rating_slow",
@@ -110,7 +110,7 @@ def rows(log: Log) -> Iterator[dict[str, object]]:
         row = {
             "time": s.get("time"), "stream_id": stream_id, "study": s.get("study"),
             "participant": s.get("participant"), "condition": s.get("condition"),
-            "unit": s.get("unit"), "conversation": s.get("conversation"),
+            "unit": s.get("unit"), "conversation": s.get("conversation"), "level": s.get("level"),
             "protocol": s.get("protocol"), "profile": s.get("profile"),
             # what ran: the name plus overrides (older logs: the base name)
             "effective_profile": s.get("effective_profile") or s.get("profile"),

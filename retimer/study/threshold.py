@@ -229,7 +229,9 @@ def fit_thresholds(study: str, vary: str, trials: Sequence[Trial], target: float
     import scipy.stats
 
     if not trials:
-        raise AnalysisError(f"study '{study}': no answered staircase units to fit")
+        left = "; ".join(f"{n} {reason}" for reason, n in sorted((excluded or Counter()).items()))
+        raise AnalysisError(f"study '{study}': no answered staircase units to fit"
+                            + (f" ({left})" if left else ""))
     by_person: dict[str, list[Trial]] = defaultdict(list)
     for t in trials:
         by_person[t.participant].append(t)
