@@ -24,7 +24,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, timeout: float = 60,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`retimer ARGS` to completion, for commands that exit (errors, `profiles`)."""
     return subprocess.run(
         [sys.executable, "-m", "retimer", *args],
@@ -32,6 +33,7 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]
         text=True,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
+        env=env,
     )
 
 

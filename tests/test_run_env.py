@@ -67,9 +67,10 @@ class Run:
     def argv(self, *command: str) -> list[str]:
         return [sys.executable, "-m", "retimer", "run", *self.options, "--", *command]
 
-    def __call__(self, *command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def __call__(self, *command: str, timeout: float = 120,
+                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(self.argv(*command), capture_output=True, text=True, check=False,
-                              timeout=timeout, stdin=subprocess.DEVNULL, cwd=self.tmp)
+                              timeout=timeout, stdin=subprocess.DEVNULL, cwd=self.tmp, env=env)
 
     def records(self) -> list[dict]:
         if not self.log.exists():
@@ -178,6 +179,41 @@ def test_node_is_retimed(tmp_path: Path, fake: FakeLLM, other: FakeLLM, mode: st
     # tunnelled: Node saw the real server's certificate (an intercepted host whose upstream
     # failed would have answered 502 instead of failing the handshake)
     assert out["otherError"] in ("UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT_LOCALLY")
+
+
+def test_a_users_own_ca_variables_are_merged_not_replaced(
+    tmp_path: Path, fake: FakeLLM, other: FakeLLM
+) -> None:
+    """A company CA in NODE_EXTRA_CA_CERTS or SSL_CERT_FILE stays trusted under `retimer run`,
+    next to retimer's: the company's hosts (tunnelled) and the LLM host (intercepted) both
+    verify; a variable naming a missing file is one warning line."""
+    run = Run(tmp_path, fake)
+    corp = tmp_path / "corp-ca.pem"
+    corp.write_bytes(Path(str(other.ca_path)).read_bytes())
+    env = {**os.environ, "NODE_EXTRA_CA_CERTS": str(corp), "SSL_CERT_FILE": str(corp)}
+    # the company's host: tunnelled on loopback, its certificate names localhost
+    llm, other_url = fake.url_for("llm.test"), other.url_for("localhost")
+    python = run(sys.executable, str(CLIENTS / "openai_client.py"), llm, other_url, "0", env=env)
+    assert python.returncode == 0, python.stderr
+    out = json.loads(python.stdout)
+    assert "".join(out["pieces"]) == TEXT and out["other_httpx"] == "ok"
+    node = run(NODE, str(CLIENTS / "node_client.mjs"), "https", llm, other_url, "0", env=env)
+    assert node.returncode == 0, node.stderr
+    assert json.loads(node.stdout)["otherError"] == "none"
+    assert corp.read_bytes() == Path(str(other.ca_path)).read_bytes()  # theirs is never written
+    missing = run(NODE, str(CLIENTS / "node_client.mjs"), "https", llm, other_url, "0",
+                  env={**os.environ, "NODE_EXTRA_CA_CERTS": str(tmp_path / "gone.pem")})
+    assert json.loads(missing.stdout)["otherError"] != "none"
+    warned = [x for x in missing.stderr.splitlines() if "gone.pem" in x]
+    assert warned == [f"retimer: warning: NODE_EXTRA_CA_CERTS={tmp_path / 'gone.pem'} cannot be "
+                      "read (No such file or directory); the program gets retimer's CA without it"]
+    printed = run_cli("env", "--set", f"confdir={run.confdir}", env={**os.environ,
+                                                                   "NODE_EXTRA_CA_CERTS": str(corp)})
+    line = next(x for x in printed.stdout.splitlines() if x.startswith("export NODE_EXTRA_CA_CERTS="))
+    merged = Path(line.split("=", 1)[1])
+    assert merged.parent == run.confdir / "merged"
+    assert merged.read_text().startswith(corp.read_text().rstrip("\n"))
+    assert merged.read_text().endswith((run.confdir / "mitmproxy-ca-cert.pem").read_text())
 
 
 @pytest.fixture

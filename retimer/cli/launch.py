@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from retimer.cli.cmdline import OneLineParser, fail
@@ -48,6 +49,32 @@ def _ca_files(confdir: Path) -> tuple[Path, Path]:
         return ca, write_bundle(confdir)
     except OSError as e:
         fail(f"cannot create the CA in {confdir}: {e.strerror}", 1)
+
+
+def _kept_trust(confdir: Path, ca: Path, bundle: Path, environ: Mapping[str, str]) -> dict[str, str]:
+    """The trust variables the user had set (a company CA, their own bundle), each as a file of
+    theirs plus retimer's CA: merged, never replaced. A variable naming a file that cannot be read
+    is left to retimer's own, with one line saying so."""
+    from retimer.cli.launch_env import TRUST_VARIABLES
+    from retimer.proxy.certs import MERGED_DIR, merged_bundle, system_bundle
+
+    system = system_bundle()
+    # the system's own roots are in retimer's bundle already (and Node has its own)
+    ours = {ca.resolve(), bundle.resolve(), *((system.resolve(),) if system else ())}
+    out: dict[str, str] = {}
+    for name in TRUST_VARIABLES:
+        value = environ.get(name, "")
+        if not value:
+            continue
+        path = Path(value).expanduser()
+        if path.resolve() in ours or path.resolve().parent == (confdir / MERGED_DIR).resolve():
+            continue  # retimer's already (a run inside a run), or the system's roots
+        try:
+            out[name] = str(merged_bundle(confdir, path))
+        except OSError as e:
+            print(f"retimer: warning: {name}={value} cannot be read ({e.strerror}); the program "
+                  "gets retimer's CA without it", file=sys.stderr)
+    return out
 
 
 def _small_parser(prog: str, description: str) -> OneLineParser:
@@ -108,7 +135,8 @@ def print_env(argv: list[str]) -> None:
     _check_auth(args.proxy_auth)
     ca, bundle = _ca_files(confdir_of(args.sets))
     proxy = proxy_url(args.listen_host, args.listen_port, args.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca), local=args.local)
+    env = launch_env(proxy, str(bundle), str(ca), local=args.local,
+                     trust=_kept_trust(confdir_of(args.sets), ca, bundle, os.environ))
     print("\n".join(shell_lines(env, args.shell)))
     if not listening(args.listen_host, args.listen_port):
         print(f"retimer: note: nothing listens on {args.listen_host}:{args.listen_port} yet; "
@@ -234,7 +262,8 @@ async def _run_reusing(config: ProxyConfig, command: list[str], local: bool) -> 
         print(f"retimer: using the retimer already on {where} (its own options apply)",
               file=sys.stderr)
     proxy = proxy_url(config.listen_host, config.listen_port, config.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca), local=local)
+    env = launch_env(proxy, str(bundle), str(ca), local=local,
+                     trust=_kept_trust(confdir, ca, bundle, os.environ))
     return await run_child(command, child_env(os.environ, env))
 
 
@@ -261,7 +290,8 @@ async def _run_with_workers(config: ProxyConfig, command: list[str], local: bool
                   f"{config.workers} workers), {paced} re-timed; running {' '.join(command)}",
                   file=sys.stderr)
         proxy = proxy_url(config.listen_host, workers.port, config.proxy_auth)
-        env = launch_env(proxy, str(bundle), str(ca), local=local)
+        env = launch_env(proxy, str(bundle), str(ca), local=local,
+                         trust=_kept_trust(config.confdir, ca, bundle, os.environ))
         return await run_child(command, child_env(os.environ, env))
 
 
@@ -287,7 +317,8 @@ async def _run_with_proxy(config: ProxyConfig, command: list[str], local: bool) 
         print(f"retimer: {proxy_url(config.listen_host, port)} ({ran}), {paced} "
               f"re-timed; running {' '.join(command)}", file=sys.stderr)
     proxy = proxy_url(config.listen_host, port, config.proxy_auth)
-    env = launch_env(proxy, str(bundle), str(ca), local=local)
+    env = launch_env(proxy, str(bundle), str(ca), local=local,
+                     trust=_kept_trust(config.confdir, ca, bundle, os.environ))
     try:
         return await run_child(command, child_env(os.environ, env))
     finally:

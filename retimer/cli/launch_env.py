@@ -53,13 +53,19 @@ def no_proxy(proxy: str, local: bool = True) -> str:
     return ",".join(f"[{n}]:{port}" if ":" in n else f"{n}:{port}" for n in sorted(names))
 
 
-def launch_env(proxy: str, bundle: str, ca: str, *, local: bool = True) -> dict[str, str]:
+TRUST_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS")
+
+
+def launch_env(proxy: str, bundle: str, ca: str, *, local: bool = True,
+               trust: Mapping[str, str] | None = None) -> dict[str, str]:
     """Variables for a child process: every common runtime's proxy and trust settings.
 
     Runtimes that replace their trust store (Python's ssl, requests, curl) get the bundle of
     system roots plus retimer's CA, so hosts retimer tunnels untouched still validate; Node
-    adds NODE_EXTRA_CA_CERTS to its own roots, so it gets the CA alone. Loopback goes through
-    retimer unless `local` is off (see `no_proxy`).
+    adds NODE_EXTRA_CA_CERTS to its own roots, so it gets the CA alone. `trust` replaces any of
+    those four (TRUST_VARIABLES) with a file of the user's own CAs plus retimer's, when the
+    user's environment already set it (retimer.proxy.certs.merged_bundle): never dropped.
+    Loopback goes through retimer unless `local` is off (see `no_proxy`).
     """
     bypass = no_proxy(proxy, local)
     return {
@@ -74,6 +80,7 @@ def launch_env(proxy: str, bundle: str, ca: str, *, local: bool = True) -> dict[
         "CURL_CA_BUNDLE": bundle,
         "NODE_EXTRA_CA_CERTS": ca,
         "NODE_USE_ENV_PROXY": "1",
+        **{k: v for k, v in (trust or {}).items() if k in TRUST_VARIABLES},
     }
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 CA_FILE = "mitmproxy-ca-cert.pem"
 BUNDLE_FILE = "retimer-ca-bundle.pem"
+MERGED_DIR = "merged"  # a user's own CA files joined with retimer's (merged_bundle)
 LOCK_FILE = ".retimer-ca.lock"
 _SYSTEM_BUNDLES = (
     "/etc/ssl/certs/ca-certificates.crt",  # Debian, Ubuntu, Arch
@@ -42,21 +43,36 @@ def system_bundle() -> Path | None:
 
 def write_bundle(confdir: Path) -> Path:
     """(Re)write confdir/retimer-ca-bundle.pem = system roots + retimer's CA."""
-    ca = (confdir / CA_FILE).read_text()
     system = system_bundle()
     roots = system.read_text() if system else ""
-    bundle = confdir / BUNDLE_FILE
+    return _write_pem(confdir / BUNDLE_FILE, roots, (confdir / CA_FILE).read_text())
+
+
+def merged_bundle(confdir: Path, first: Path) -> Path:
+    """A PEM file of `first`'s certificates (a user's own bundle or company CA, which a
+    variable such as NODE_EXTRA_CA_CERTS already names) followed by retimer's CA, so a child
+    trusts both; named by `first`'s path, in confdir/merged/. OSError if `first` is unreadable."""
+    import hashlib
+
+    folder = confdir / MERGED_DIR
+    folder.mkdir(mode=0o755, exist_ok=True)
+    name = hashlib.sha256(str(first.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return _write_pem(folder / f"{name}.pem", first.read_text(errors="replace"),
+                      (confdir / CA_FILE).read_text())
+
+
+def _write_pem(path: Path, first: str, ca: str) -> Path:
     # atomically: another instance sharing the confdir may be handing this file to a client
-    fd, tmp = tempfile.mkstemp(dir=confdir, prefix=".bundle-")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".bundle-")
     try:
         with os.fdopen(fd, "w") as out:
-            out.write(roots.rstrip("\n") + "\n" + ca)
+            out.write((first.rstrip("\n") + "\n" if first.strip() else "") + ca)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, bundle)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return bundle
+    return path
 
 
 class _Msvcrt(Protocol):
