@@ -268,6 +268,37 @@ def test_run_retimes_a_loopback_model_server_and_nothing_else(
     assert out["ollama_s"] >= 0.3
 
 
+STREAM_CHAT = """
+import json, sys, httpx
+with httpx.stream("POST", sys.argv[1] + "/v1/chat/completions", timeout=30, json={
+        "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}) as r:
+    body = r.read().decode()
+print("".join(c["delta"].get("content") or "" for line in body.splitlines()
+              if line.startswith("data: {") for c in json.loads(line[6:])["choices"]))
+"""
+
+
+def test_a_local_https_model_server_is_named_and_can_be_retimed(tmp_path: Path, fake: FakeLLM) -> None:
+    """HTTPS on loopback is tunnelled untouched (its certificate is its own), with one warning
+    naming --intercept; with it (and the server's CA), the same server is re-timed."""
+    where = f"127.0.0.1:{fake.port}"
+    env = {**os.environ, "SSL_CERT_FILE": str(fake.ca_path)}  # the client trusts its server
+    run = Run(tmp_path, fake)
+    plain = run(sys.executable, "-c", STREAM_CHAT, fake.url, env=env)
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.strip() == TEXT.strip() and run.records() == []
+    warned = [x.split("] ", 1)[-1] for x in plain.stderr.splitlines() if "(loopback)" in x]
+    assert warned == [f"retimer: HTTPS to {where} (loopback) passes through untimed; to re-time a "
+                      f"local model server there, add --intercept '{where}' and --set "
+                      "ssl_verify_upstream_trusted_ca=ITS-CA.pem"]
+    run.options += ["--intercept", where]  # Run gives the server's CA to retimer already
+    paced = run(sys.executable, "-c", STREAM_CHAT, fake.url, env=env)
+    assert paced.returncode == 0, paced.stderr
+    assert paced.stdout.strip() == TEXT.strip() and "(loopback)" not in paced.stderr
+    (record,) = run.records()
+    assert record["url"].startswith(f"https://{where}/") and record["emitted"]["ttft_ms"] >= 298
+
+
 def test_exit_codes_and_signals(tmp_path: Path, fake: FakeLLM) -> None:
     run = Run(tmp_path, fake)
     killed = run(sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")

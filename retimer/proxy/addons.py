@@ -15,6 +15,7 @@ from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
 from retimer.proxy.study_addon import Study
 from retimer.proxy.study_page import StudyPage
+from retimer.proxy.tunnels import LoopbackTunnels
 
 
 def install() -> PacingBridge:
@@ -31,10 +32,11 @@ def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
     while Retimer drains),
     Retimer (pacing, records), Safety (bounds, keep-alives, graceful shutdown), Study (before
     the cache: it answers the rating page itself), StudyPage (the hosted study page, after the
-    Study whose design it serves), ResponseCache and PacServer, in the order
+    Study whose design it serves), ResponseCache, PacServer and LoopbackTunnels (a warning when
+HTTPS to loopback passes untimed), in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer(install())
     study = Study(retimer)
     return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), study, StudyPage(study),
-            ResponseCache(), PacServer()]
+            ResponseCache(), PacServer(), LoopbackTunnels()]
