@@ -88,3 +88,22 @@ def test_passthrough_records_a_whole_response_without_holding_it(tmp_path, fake:
     assert (record["protocol"], record["profile"], record["outcome"]) == (
         "non-streaming", "passthrough", "complete")
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 5
+
+
+def test_reverse_mode_holds_every_llm_call_of_its_upstream(tmp_path, fake: FakeLLM) -> None:
+    """In reverse mode the upstream is an LLM API by definition: a non-streaming Gemini call
+    (Gemini CLI's router) to a loopback upstream is held and recorded like a streaming one."""
+    gemini = "nonstream/gemini-generate-content.json"
+    with RetimerProxy(tmp_path, "--upstream", fake.url, "--profile", "gpt-5", "--ttft", "400ms",
+                      "--jitter", "0") as proxy:
+        with httpx.Client(timeout=30) as c:
+            r = c.post(proxy.url + "/v1beta/models/gemini-2.5-flash:generateContent",
+                       json={"contents": [{"role": "user", "parts": [{"text": "route me"}]}]},
+                       headers={"x-fake-fixture": gemini})
+            models = c.get(proxy.url + "/v1beta/models")  # not a call: never held
+        assert r.status_code == 200 and r.content == load(gemini)
+        assert models.status_code == 200
+        [record] = proxy.records(1)
+    assert (record["protocol"], record["outcome"]) == ("non-streaming", "complete")
+    assert record["url"].endswith(":generateContent")
+    assert record["emitted"]["ttft_ms"] >= 400 - 2 and record["target"]["ttft_ms"] == 400

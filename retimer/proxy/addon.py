@@ -25,7 +25,7 @@ from retimer.profile.settings import ProfileSettings
 from retimer.profile.streams import new_stream
 from retimer.proxy.bridge import PacingBridge
 from retimer.proxy.bridge.websocket import WebSocketPacing
-from retimer.proxy.flows import destination_host, request_body, request_start, stream_record
+from retimer.proxy.flows import destination_host, request_body, request_start, stream_record, to_llm_api
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import (
     ARRIVED_KEY,
@@ -44,7 +44,6 @@ from retimer.timing.strategy import Strategy, parse_strategy
 from retimer.timing.whole import plan_whole_answer
 from retimer.wire.classify import Treatment, Verdict, classify
 from retimer.wire.encoding import Decoder
-from retimer.wire.hosts import is_llm_host
 from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
 from retimer.wire.protocols.base import Adapter, RequestShape
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
@@ -268,7 +267,7 @@ class Retimer:
         else:
             shape = RequestShape(request.method, host, request.path, headers, raw)
         return classify(shape, response.status_code, response.headers.get("content-type", ""),
-                        response.headers.get("content-encoding", ""), is_llm_host(host))
+                        response.headers.get("content-encoding", ""), to_llm_api(flow))
 
     def profile_for(self, flow: http.HTTPFlow | None) -> Profile:
         """The flow's profile: a per-flow choice (a study condition) or the configured one.
@@ -303,7 +302,7 @@ class Retimer:
         if self.profile is None:
             return  # a passthrough profile still paces nothing, but records every turn
         request = flow.request
-        if is_llm_host(destination_host(flow)) or is_llm_websocket_path(request.path):
+        if to_llm_api(flow) or is_llm_websocket_path(request.path):
             flow.metadata[STREAM_KEY] = {"protocol": WebSocketMessageAdapter.name}
             self.websockets.start(flow)
 

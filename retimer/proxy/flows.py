@@ -18,6 +18,7 @@ from retimer.profile.model import Profile
 from retimer.proxy.hooks import ARRIVED_KEY, CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
 from retimer.records.redact import redact_url
 from retimer.timing.pacer import StreamPacer
+from retimer.wire.hosts import is_llm_host
 from retimer.wire.request import RequestBody
 
 _bodies: weakref.WeakKeyDictionary[http.HTTPFlow, RequestBody] = weakref.WeakKeyDictionary()
@@ -42,6 +43,12 @@ def destination_host(flow: http.HTTPFlow) -> str:
     if isinstance(flow.client_conn.proxy_mode, ReverseMode):
         return flow.request.host
     return flow.request.pretty_host
+
+
+def to_llm_api(flow: http.HTTPFlow) -> bool:
+    """Whether the flow goes to an LLM API: a known LLM host, or reverse mode's upstream, which
+    is one by definition (a local model server on loopback too)."""
+    return isinstance(flow.client_conn.proxy_mode, ReverseMode) or is_llm_host(destination_host(flow))
 
 
 def destination_url(flow: http.HTTPFlow) -> str:

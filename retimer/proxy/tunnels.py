@@ -13,14 +13,12 @@ from __future__ import annotations
 import ipaddress
 import logging
 
-from mitmproxy.proxy import layer, layers
-from mitmproxy.proxy.mode_specs import RegularMode
+from retimer.proxy.patches.tunnels import tunnelled_tls
 
 __all__ = ["LoopbackTunnels"]
 
 log = logging.getLogger(__name__)
 WARNED = 20  # addresses warned about per run (then silent: no log flood)
-TLS_HANDSHAKE = 0x16  # the first byte of a TLS record carrying a ClientHello
 
 
 def _loopback_literal(host: str) -> bool:
@@ -39,19 +37,11 @@ class LoopbackTunnels:
     def __init__(self) -> None:
         self.warned: set[str] = set()
 
-    def next_layer(self, nextlayer: layer.NextLayer) -> None:
-        # mitmproxy's NextLayer addon runs first: an untouched tunnel is a TCPLayer without a flow
-        chosen = nextlayer.layer
-        if not isinstance(chosen, layers.TCPLayer) or chosen.flow is not None:
+    def next_layer(self, nextlayer: object) -> None:
+        # mitmproxy's NextLayer addon has decided first (it comes before retimer's addons)
+        if (found := tunnelled_tls(nextlayer)) is None or not _loopback_literal(found[0]):
             return
-        context = nextlayer.context
-        address = context.server.address
-        if not isinstance(context.client.proxy_mode, RegularMode) or not address:
-            return
-        host, port = str(address[0]), int(address[1])
-        data = nextlayer.data_client()
-        if not _loopback_literal(host) or not data or data[0] != TLS_HANDSHAKE:
-            return
+        host, port = found
         where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         if where in self.warned or len(self.warned) >= WARNED:
             return

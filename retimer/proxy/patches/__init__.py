@@ -1,7 +1,8 @@
 """mitmproxy's internals, where retimer needs them for something other than pacing: hook
 dispatch at the cost of the addons that have the hook (`hooks`), one listening port shared by
 `--workers` (`listen`), when a request reached the kernel (`arrival`) and which connection
-handler serves a client (`connections`). With `retimer.proxy.bridge` (pacing), the only code
+handler serves a client (`connections`) and which connections pass through untouched
+(`tunnels`). With `retimer.proxy.bridge` (pacing), the only code
 allowed on mitmproxy's private API; each module says what it relies on (`NEEDED`), and
 `install()` checks it before it changes anything.
 """
@@ -31,7 +32,7 @@ def require(needed: Mapping[str, object], what: str = "retimer") -> None:
 def install() -> None:
     """Put the patches every retimer process runs with into mitmproxy (the hook dispatch), once
     per process, after checking every private name they and `arrival` use."""
-    from retimer.proxy.patches import arrival, connections, hooks
+    from retimer.proxy.patches import arrival, connections, hooks, tunnels
 
-    require({**hooks.NEEDED, **arrival.NEEDED, **connections.NEEDED})
+    require({**hooks.NEEDED, **arrival.NEEDED, **connections.NEEDED, **tunnels.NEEDED})
     hooks.install()
