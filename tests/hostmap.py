@@ -8,7 +8,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-MAPPED = {"llm.test", "other.test", "api.openai.com", "api.anthropic.com"}
+MAPPED = {"llm.test", "other.test", "api.openai.com", "api.anthropic.com",
+          # IDE agents' own hosts (tests/test_pac_reverse.py)
+          "api.cline.bot", "api.kilo.ai", "api.continue.dev", "portal.qwen.ai", "chat.qwen.ai"}
 _getaddrinfo = socket.getaddrinfo
 
 

@@ -159,6 +159,9 @@ TABLE: dict[str, Row] = {
     **{f"mistral/{n}.sse": MISTRAL for n in (
         "mistral-magistral-thinking-chunks", "sk-mistral-after-function-call", "sk-mistral-function-call",
         "sk-mistral-tiny-2024")},
+    "nonstream/gemini-generate-content.json": Row(
+        "POST", "generativelanguage.googleapis.com", "/v1beta/models/gemini-2.5-flash:generateContent",
+        JSON, "passthrough", "a whole JSON response, not a stream: held and sent as it came"),
     "nonstream/openai-chat-completion.json": Row(
         "POST", "api.openai.com", "/v1/chat/completions", JSON, "passthrough",
         "a whole JSON response, not a stream: held and sent as it came"),

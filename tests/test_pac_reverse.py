@@ -7,6 +7,7 @@ import http.client
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import openai
 import pytest
 
 from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
-from retimer.wire.hosts import LLM_HOSTS, is_llm_host
+from retimer.wire.hosts import LLM_HOSTS, allow_hosts, is_llm_host
 from tests.proxy import RetimerProxy, run_cli
 from tests.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.upstream import FakeLLM
@@ -233,3 +234,36 @@ def test_bad_upstream_gets_one_line(value: str, needle: str) -> None:
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("retimer: error: --upstream:"), result.stderr
     assert needle in lines[0]
+
+
+AGENT_CALLS = [("api.cline.bot", "/api/v1/chat/completions"),
+               ("api.kilo.ai", "/api/openrouter/chat/completions"),
+               ("api.continue.dev", "/model-proxy/v1/chat/completions"),
+               ("portal.qwen.ai", "/v1/chat/completions")]
+
+
+def test_ide_agents_default_hosts_are_retimed_and_their_other_calls_left_alone(tmp_path: Path) -> None:
+    """Cline's, Kilo Code's, Continue's and Qwen Code's own model hosts are intercepted with no
+    --intercept: their chat streams are re-timed; a JSON POST of the mixed hosts' other traffic
+    (an account call, a sign-in) is neither held nor recorded."""
+    with FakeLLM(make_openai_stream(TEXT), bursts=3, tls=True) as fake, \
+            RetimerProxy(tmp_path, "--set", f"scripts={HOSTMAP}", "--set", "ssl_insecure=true",
+                         *PACED) as proxy, \
+            httpx.Client(proxy=proxy.url, verify=str(proxy.ca_path), timeout=30) as client:
+        texts = []
+        for host, path in AGENT_CALLS:
+            r = client.post(f"https://{host}:{fake.port}{path}", json={
+                "model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+            texts.append("".join(c["delta"].get("content") or "" for line in r.text.splitlines()
+                                 if line.startswith("data: {") for c in json.loads(line[6:])["choices"]))
+        records = proxy.records(len(AGENT_CALLS))
+        other = [client.post(f"https://{host}:{fake.port}/api/v1/oauth2/token", json={"code": "x"})
+                 for host in ("chat.qwen.ai", "api.kilo.ai")]
+        time.sleep(0.3)
+        after = proxy.records(len(AGENT_CALLS))
+    assert texts == [TEXT] * len(AGENT_CALLS)
+    assert [r["url"].split("/")[2].split(":")[0] for r in records] == [h for h, _ in AGENT_CALLS]
+    assert all(r["protocol"] == "openai-chat" and r["emitted"]["ttft_ms"] >= 298 for r in records)
+    assert [r.status_code for r in other] == [200, 200] and len(after) == len(AGENT_CALLS)
+    assert not is_llm_host("api.kilo.ai") and is_llm_host("portal.qwen.ai")
+    assert any("api\\.kilo\\.ai" in p for p in allow_hosts([]))

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from retimer.wire.hosts import LLM_HOST_PATTERNS, LLM_HOSTS, allow_hosts
+from retimer.wire.hosts import LLM_HOST_PATTERNS, LLM_HOSTS, MIXED_HOSTS, allow_hosts
 
 if TYPE_CHECKING:
     from mitmproxy import http
@@ -50,7 +50,7 @@ def js_regex(pattern: str) -> str | None:
 def build_pac(
     proxy: str,
     patterns: Sequence[str] = (),
-    hosts: Iterable[str] = LLM_HOSTS,
+    hosts: Iterable[str] = (*LLM_HOSTS, *MIXED_HOSTS),
     host_regexes: Sequence[str] = LLM_HOST_PATTERNS,
 ) -> str:
     """PAC JavaScript: `hosts` (and subdomains), hosts matching `host_regexes` in full, and the

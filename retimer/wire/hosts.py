@@ -59,6 +59,17 @@ LLM_HOSTS: tuple[str, ...] = (
     "api.cursor.sh",
     "api.codeium.com",
     "server.codeium.com",
+    "portal.qwen.ai",  # Qwen Code signed in with Qwen OAuth (OpenAI-compatible)
+)
+
+# hosts whose model output travels beside their other traffic (sign-in, accounts, analytics):
+# intercepted like the LLM hosts, but only requests an adapter knows (by path and body, such as
+# .../chat/completions) are re-timed; their other JSON answers are never held
+MIXED_HOSTS: tuple[str, ...] = (
+    "api.cline.bot",  # Cline's own provider (OpenAI-compatible, .../api/v1)
+    "api.kilo.ai",  # Kilo Code's gateway (OpenRouter-compatible, /api/openrouter, /api/gateway)
+    "api.continue.dev",  # Continue's hub models (OpenAI-compatible, /model-proxy/v1)
+    "chat.qwen.ai",  # Qwen's web chat and its OAuth sign-in
 )
 
 
@@ -77,9 +88,9 @@ def host_pattern(host: str) -> str:
 
 
 def allow_hosts(extra: list[str]) -> list[str]:
-    """mitmproxy `allow_hosts` value: the default LLM hosts plus user regexes, as given."""
+    """mitmproxy `allow_hosts` value: the default LLM and mixed hosts plus user regexes, as given."""
     return (
-        [host_pattern(h) for h in LLM_HOSTS]
+        [host_pattern(h) for h in (*LLM_HOSTS, *MIXED_HOSTS)]
         + [rf"^{p}:\d+$" for p in LLM_HOST_PATTERNS]
         + list(extra)
     )
