@@ -258,6 +258,28 @@ def test_realtime_turns_are_paced_with_exact_text(proxy: RetimerProxy) -> None:
     assert all(r["emitted"]["ttft_ms"] > 300 for r in records)
 
 
+def test_upstream_timing_is_the_servers_not_the_hold(proxy: RetimerProxy) -> None:
+    """A server that streams its reply over ~0.1 s: its later messages wait behind the held
+    first one inside the proxy, yet the record's upstream figures are when they came."""
+    before = len(proxy.records(0, timeout=0))
+    streamed = reply()
+    streamed.gap = 0.005
+    with FakeWSLLM([streamed]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/realtime?model=x")
+        try:
+            sent = client.send(json.dumps({"type": "response.create"}))
+            _check_turn(client.receive_until('"response.done"'), sent)
+        finally:
+            client.close()
+        ((first, last),) = server.spans
+    (record,) = proxy.records(before + 1)[before:]
+    span_ms = (last - first) * 1000
+    assert span_ms > 80  # the server really spread it
+    # the upstream's own duration (first to last token), not the seconds of the hold
+    assert abs(record["upstream"]["duration_ms"] - span_ms) < 30, (record["upstream"], span_ms)
+    assert record["emitted"]["duration_ms"] > 300  # and the client got it paced
+
+
 def responses_turn(text: str) -> WSReply:
     """A Responses-over-WebSocket answer as Codex gets it: deltas, then the events that repeat
     the whole text (`*.done`, `response.completed`)."""

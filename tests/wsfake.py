@@ -22,6 +22,7 @@ class WSReply:
 
     messages: list[tuple[bytes | str, bool]]
     close_after: bool = False
+    gap: float = 0.0  # seconds between the messages' writes (0: all in one write)
 
 
 @dataclass
@@ -30,6 +31,7 @@ class FakeWSLLM:
     port: int = 0
     greeting: list[tuple[bytes | str, bool]] = field(default_factory=list)  # sent on accept
     received: list[str] = field(default_factory=list)
+    spans: list[tuple[float, float]] = field(default_factory=list)  # each reply's first, last write
 
     def __post_init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -79,8 +81,15 @@ class FakeWSLLM:
                         self.received.append(event.data)
                         reply = self.replies[min(turn, len(self.replies) - 1)]
                         turn += 1
-                        for payload, _is_text in reply.messages:
+                        first = time.monotonic()
+                        for i, (payload, _is_text) in enumerate(reply.messages):
                             out += ws.send(Message(data=payload))
+                            if reply.gap and i < len(reply.messages) - 1:
+                                writer.write(out)  # one write per message, `gap` apart
+                                await writer.drain()
+                                out = b""
+                                await asyncio.sleep(reply.gap)
+                        self.spans.append((first, time.monotonic()))
                         if reply.close_after:
                             out += ws.send(CloseConnection(code=1000, reason="done"))
                     elif isinstance(event, CloseConnection):

@@ -49,12 +49,14 @@ class WebSocketPlayout:
         self.turns.append(Turn(pacer, index))
         return Step(b"", turns=self._retire())
 
-    def server_message(self, record: bytes, now: float, armed: float | None) -> Step:
-        """A server message arrived at `now` (as the WebSocket adapter's record): when to wake
-        to send it (nothing goes out before that wake)."""
+    def server_message(self, record: bytes, now: float, armed: float | None,
+                       arrived: float | None = None) -> Step:
+        """A server message (as the WebSocket adapter's record), seen at `now`, whose bytes
+        reached the proxy at `arrived` (earlier when they waited behind held messages; the
+        upstream's timing is theirs): when to wake to send it (nothing goes out before)."""
         turn = self.turns[-1]
         turn.messages += 1
-        turn.pacer.feed(record, now)
+        turn.pacer.feed(record, now if arrived is None else min(arrived, now))
         return self._wake(now, armed, b"", ())
 
     def step(self, now: float, armed: float | None) -> Step:

@@ -79,7 +79,8 @@ class WebSocketPacing:
             return
         message.drop()
         record = encode_message(message.content, is_text=message.is_text)
-        self._arm(ws, ws.playout.server_message(record, now, ws.armed))
+        # bytes that waited behind held messages count from when they came, not from now
+        self._arm(ws, ws.playout.server_message(record, now, ws.armed, self._order.arrival(flow)))
 
     def drain(self) -> None:
         """The proxy is shutting down (the pool drains): every held message goes out now,

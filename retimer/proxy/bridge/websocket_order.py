@@ -9,6 +9,7 @@ is order, so the bridge's `install()` wraps `WebsocketLayer.handle_event` to cal
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,8 +68,9 @@ class CloseFrameScanner:
 @dataclass(slots=True)
 class HeldWebSocket:
     holding: Callable[[], bool]  # true while the shell still holds messages to re-send
-    deferred: list[events.Event] = field(default_factory=list)  # server events waiting
+    deferred: list[tuple[events.Event, float]] = field(default_factory=list)  # waiting, and since when
     scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
+    delivering: float | None = None  # when the server event being handed over arrived
 
 
 class WebSocketOrder:
@@ -88,6 +90,12 @@ class WebSocketOrder:
     def clear(self) -> None:
         self._held.clear()
 
+    def arrival(self, flow: http.HTTPFlow) -> float | None:
+        """When the server bytes mitmproxy is handing over now reached the proxy, if they waited
+        behind held messages (None: they are handed over as they come)."""
+        held = self._held.get(flow.id)
+        return held.delivering if held is not None else None
+
     def event(self, layer: WebsocketLayer, event: events.Event) -> CommandGenerator[None]:
         held = self._held.get(layer.flow.id)
         if held is None:
@@ -97,7 +105,7 @@ class WebSocketOrder:
             isinstance(event, events.ConnectionEvent) and event.connection == layer.context.server
         )
         if from_server and (held.deferred or held.holding()):
-            held.deferred.append(event)
+            held.deferred.append((event, time.monotonic()))
             return
         if from_server:
             yield from self._deliver(layer, held, event)
@@ -106,21 +114,29 @@ class WebSocketOrder:
         yield from self._replay(layer, held)
 
     def _deliver(
-        self, layer: WebsocketLayer, held: HeldWebSocket, event: events.Event
+        self, layer: WebsocketLayer, held: HeldWebSocket, event: events.Event,
+        arrived: float | None = None,
     ) -> CommandGenerator[None]:
         """Hand a server event to mitmproxy. Every server byte passes here once, in order, so
         the scanner sees the whole stream: a close frame found in it waits at the head of the
-        deferred events, behind the messages the same read carried (they get held first)."""
+        deferred events, behind the messages the same read carried (they get held first).
+        `arrived`: when a deferred event reached the proxy (`arrival` tells the hooks)."""
         if isinstance(event, events.DataReceived) and not held.scanner.seen:
             cut = held.scanner.close_offset(event.data)
             if cut is not None:
-                held.deferred.insert(0, events.DataReceived(event.connection, event.data[cut:]))
+                held.deferred.insert(0, (events.DataReceived(event.connection, event.data[cut:]),
+                                         time.monotonic() if arrived is None else arrived))
                 if not cut:
                     return
                 event = events.DataReceived(event.connection, event.data[:cut])
-        yield from self._original(layer, event)
+        held.delivering = arrived
+        try:
+            yield from self._original(layer, event)
+        finally:
+            held.delivering = None
 
     def _replay(self, layer: WebsocketLayer, held: HeldWebSocket) -> CommandGenerator[None]:
         # replay what waited once everything held is out (and no hook reply is pending)
         while held.deferred and not layer._paused and not held.holding():
-            yield from self._deliver(layer, held, held.deferred.pop(0))
+            event, arrived = held.deferred.pop(0)
+            yield from self._deliver(layer, held, event, arrived)
