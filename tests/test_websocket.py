@@ -25,7 +25,7 @@ from retimer.wire.protocols.websocket import (
 from retimer.wire.sse import SSEParser
 from retimer.wire.tokenizer import split_tokens
 from tests.adapter_checks import channel_texts, random_pieces
-from tests.proxy import RetimerProxy
+from tests.proxy import RetimerProxy, run_cli
 from tests.stream_bodies import FIXTURES
 from tests.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
@@ -278,6 +278,15 @@ def test_upstream_timing_is_the_servers_not_the_hold(proxy: RetimerProxy) -> Non
     # the upstream's own duration (first to last token), not the seconds of the hold
     assert abs(record["upstream"]["duration_ms"] - span_ms) < 30, (record["upstream"], span_ms)
     assert record["emitted"]["duration_ms"] > 300  # and the client got it paced
+    # and `retimer whatif` times the turn under other profiles, as it would an SSE call
+    log = proxy.tmp / "turn.jsonl"
+    log.write_text(json.dumps(record) + "\n")
+    done = run_cli("whatif", str(log), "--json", "--profiles", "cerebras,gpt-5")
+    assert done.returncode == 0, done.stderr
+    (session,) = json.loads(done.stdout)["sessions"]
+    assert session["timed"] == 1 and not session["unmodelled"]
+    waits = [p["waiting_s"] for p in session["profiles"]]
+    assert waits[0] < waits[1] and session["recorded"]["waiting_s"] not in waits
 
 
 def responses_turn(text: str) -> WSReply:

@@ -78,6 +78,22 @@ def test_a_session_from_records_recorded_upstream_and_unmodelled() -> None:
         assert fig.total_s == pytest.approx(r.between_s + fig.waiting_s)
 
 
+def test_websocket_turns_are_modelled_like_any_call() -> None:
+    """An agent over WebSockets (Codex, Copilot CLI): each turn's record has the socket's 101;
+    its turns are timed by every profile as the same session over SSE would be."""
+    turns = [record(0, 0.8, 0.01, tokens=16, protocol="websocket", status=101),
+             record(5, 0.8, 0.01, tokens=16, protocol="websocket", status=101),
+             record(9, 0.8, 0.01, tokens=16, protocol="websocket", status=101, outcome="client-gone")]
+    sse = [{**t, "protocol": "openai-responses", "status": 200} for t in turns]
+    ws, over_sse = whatif("ws", turns, TIMED), whatif("sse", sse, TIMED)
+    assert ws is not None and over_sse is not None
+    assert ws.timed == 2 and ws.unmodelled == {"outcome client-gone": 1}
+    assert [f.waiting_s for f in ws.profiles] == [f.waiting_s for f in over_sse.profiles]
+    assert len({round(f.waiting_s, 3) for f in ws.profiles}) > 1  # the profiles differ
+    gone = whatif("x", [record(0, 1.0, protocol="openai-chat", status=101)], TIMED[:1])
+    assert gone is not None and gone.unmodelled == {"status 101": 1}  # 101 is a socket's only
+
+
 def test_a_session_with_no_call_the_model_can_time() -> None:
     r = whatif("s", [record(0, 2.0, outcome="upstream-error")], TIMED)
     assert r is not None and r.unmodelled == {"outcome upstream-error": 1}

@@ -61,7 +61,8 @@ def _why_unmodelled(rec: Mapping[str, object], tokens: int) -> str:
     if rec.get("fallback"):
         return "fallback (unparsed or capped)"
     status = num(rec.get("status"))
-    if status is not None and not 200 <= status < 300:
+    websocket_turn = status == 101 and rec.get("protocol") == "websocket"  # a turn of an open socket
+    if status is not None and not 200 <= status < 300 and not websocket_turn:
         return f"status {status:.0f}"
     if tokens <= 0:
         return "no tokens"
