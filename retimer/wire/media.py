@@ -15,6 +15,7 @@ __all__ = [
     "NDJSON_TYPES",
     "STREAM_MARKERS",
     "TEXT",
+    "envelope_codec",
     "is_amazon_event_stream",
     "is_event_stream",
     "is_json",
@@ -36,6 +37,17 @@ NDJSON_TYPES = frozenset({
 AMAZON_EVENT_STREAM = "application/vnd.amazon.eventstream"
 JSON = "application/json"
 TEXT = "text/plain"
+# streams of 5-byte length-prefixed envelopes (retimer.wire.envelope): type -> (protocol, codec)
+ENVELOPE_TYPES: dict[str, tuple[str, str]] = {
+    "application/connect+proto": ("connect", "proto"),
+    "application/connect+json": ("connect", "json"),
+    "application/grpc": ("grpc", "proto"),
+    "application/grpc+proto": ("grpc", "proto"),
+    "application/grpc+json": ("grpc", "json"),
+    "application/grpc-web": ("grpc-web", "proto"),
+    "application/grpc-web+proto": ("grpc-web", "proto"),
+    "application/grpc-web+json": ("grpc-web", "json"),
+}
 # substrings of a Content-Type that make the proxy stream the response, never buffer it
 STREAM_MARKERS = (EVENT_STREAM, NDJSON, "application/jsonl", "ndjson", AMAZON_EVENT_STREAM)
 
@@ -58,6 +70,12 @@ def is_ndjson(content_type: str) -> bool:
 def is_amazon_event_stream(content_type: str) -> bool:
     """True for `application/vnd.amazon.eventstream` (parameters and case ignored)."""
     return media_type(content_type) == AMAZON_EVENT_STREAM
+
+
+def envelope_codec(content_type: str) -> tuple[str, str] | None:
+    """(connect | grpc | grpc-web, proto | json) for an enveloped stream's type, else None
+    (gRPC-Web's base64 `-text` types are not enveloped bytes)."""
+    return ENVELOPE_TYPES.get(media_type(content_type))
 
 
 def is_json(content_type: str) -> bool:

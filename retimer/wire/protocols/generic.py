@@ -38,16 +38,16 @@ from retimer.wire.ndjson import NDJSONLine, NDJSONParser, is_ndjson
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.wire.sse import SSEEvent, SSEParser, is_event_stream
 
-__all__ = ["GenericStreamAdapter", "estimate_text"]
+__all__ = ["SKIP_KEYS", "TEXT_KEYS", "GenericStreamAdapter", "estimate_text", "looks_like_blob"]
 
 Framing = Literal["sse", "ndjson"]
 
-_TEXT_KEYS = frozenset({
+TEXT_KEYS = frozenset({
     "text", "content", "delta", "delta_content", "response", "token", "message", "parts",
     "thinking", "reasoning", "reasoning_content", "partial_json", "completion", "answer",
     "output_text", "arguments", "edit_content", "data",
 })
-_SKIP_KEYS = frozenset({
+SKIP_KEYS = frozenset({
     "error", "errors", "usage", "logprobs", "top_logprobs", "generated_text", "details",
     "citations", "sources", "metadata", "signature", "id", "ids", "url", "uri", "href",
 })
@@ -173,12 +173,12 @@ class GenericStreamAdapter(Adapter):
                 self._patch(value, place, out)
                 return
             for k, v in value.items():
-                if isinstance(k, str) and k.lower() not in _SKIP_KEYS:
+                if isinstance(k, str) and k.lower() not in SKIP_KEYS:
                     self._walk(v, k.lower(), f"{place}/{k}", out)
         elif isinstance(value, list):
             for i, item in enumerate(value):
                 self._walk(item, key, f"{place}/{i}", out)
-        elif isinstance(value, str) and key in _TEXT_KEYS:
+        elif isinstance(value, str) and key in TEXT_KEYS:
             self._take(value, place, out)
 
     def _patch(self, op: dict[str, Any], place: str, out: list[str]) -> None:
@@ -194,7 +194,7 @@ class GenericStreamAdapter(Adapter):
             self._walk(v, "v", f"{place}/v", out)
 
     def _take(self, text: str, place: str, out: list[str], *, cumulative: bool = True) -> None:
-        if not text or _looks_like_blob(text):
+        if not text or looks_like_blob(text):
             return
         previous = self._last.get(place, "")
         self._last[place] = text
@@ -268,7 +268,7 @@ def _non_text_role(obj: dict[str, Any]) -> bool:
     return isinstance(role, str) and role.lower() in _NON_TEXT_ROLES
 
 
-def _looks_like_blob(text: str) -> bool:
+def looks_like_blob(text: str) -> bool:
     """Ids, URLs, UUIDs and base64 runs are not generated text."""
     s = text.strip()
     if not s or " " in s:
@@ -282,7 +282,7 @@ def _plain_estimate(data: str) -> str:
     """Non-JSON data: itself, or the text embedded in a base64 blob, or nothing."""
     base64_like = _BLOB.fullmatch(data) is not None and any(c.isdigit() for c in data)
     if not base64_like:
-        return "" if _looks_like_blob(data) else data
+        return "" if looks_like_blob(data) else data
     try:
         alt = b"-_" if "-" in data or "_" in data else None
         raw = base64.b64decode(data + "=" * (-len(data) % 4), altchars=alt)
