@@ -82,6 +82,28 @@ def bedrock_cases() -> dict[str, bytes | tuple[bytes, list[int]]]:
     }
 
 
+def envelope_cases(spec: Spec) -> dict[str, bytes | tuple[bytes, list[int]]]:
+    """Connect and gRPC: broken envelopes and the messages a schema-less reading gets wrong."""
+    import gzip
+
+    good = spec.big(TEXT)
+    message = good[5:]
+    return {
+        "impossible-length": good + b"\x00\xff\xff\xff\xff" + b"x" * 32,
+        "truncated-envelope": good + good[:-3],
+        "envelopes-cut-in-header": (good * 3, [2, len(good) + 4, 2 * len(good) + 1]),
+        "compressed-not-gzip": b"\x01" + good[1:] + good,
+        "gzip-truncated": struct.pack(">BI", 1, 12) + gzip.compress(message)[:12] + good,
+        "gzip-bomb-ish": (lambda z: struct.pack(">BI", 1, len(z)) + z)(gzip.compress(b"\n\x05hello" * 400_000)),
+        "unknown-flags": b"\x44" + good[1:] + good,
+        "end-stream-then-more": struct.pack(">BI", 2, 2) + b"{}" + good,
+        "text-that-reads-as-a-message": struct.pack(">BI", 0, 105) + b"\x0a\x67" + b"Re" + b"garding it. " * 8 + b"xxxxxxx",
+        "nested-past-the-depth-limit": (lambda m: struct.pack(">BI", 0, len(m)) + m)(
+            __import__("functools").reduce(lambda acc, _: b"\x0a" + bytes([len(acc)]) + acc, range(20), b"deep words")),
+        "group-wire-type": struct.pack(">BI", 0, 4) + b"\x0b\x0a\x00\x0c" + good,
+    }
+
+
 def gemini_web_cases() -> dict[str, bytes | tuple[bytes, list[int]]]:
     frame = gemini_web_frame(b'\n[["wrb.fr",null,"[]"]]\n')
     emoji = '\n[["wrb.fr",null,"[null,null,null,null,[[\\"rc\\",[\\"😀😀\\"]]]]"]]\n'
@@ -141,10 +163,12 @@ def cases_for(spec: Spec) -> dict[str, bytes | tuple[bytes, list[int]]]:
     extra = {"bedrock-eventstream": bedrock_cases, "gemini-web": gemini_web_cases,
              "gemini-json": gemini_json_cases, "ollama": ndjson_cases,
              "generic-ndjson": ndjson_cases, "websocket": websocket_cases}.get(spec.name)
-    if spec.name in ("bedrock-eventstream", "websocket"):  # length-framed: keep what stays valid
+    if spec.name in ("bedrock-eventstream", "websocket", "connect", "grpc"):  # length-framed
         keep = {"multibyte-cut-inside", "duplicate-event", "empty"}
         cases = {("valid-" if spec.name == "websocket" else "") + k: v
                  for k, v in cases.items() if k in keep}
+    if spec.name in ("connect", "grpc"):
+        cases.update(envelope_cases(spec))
     return {**cases, **(extra() if extra else {})}
 
 

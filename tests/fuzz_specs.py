@@ -156,6 +156,50 @@ def _big_bedrock(text: str) -> bytes:
     return encode_frame(headers, _dump(payload).encode())
 
 
+def _pb(number: int, value: bytes | str) -> bytes:
+    """A length-delimited protobuf field (the tag and length as one-byte or longer varints)."""
+    data = value.encode() if isinstance(value, str) else value
+
+    def varint(n: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out)
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def _chat_chunk(text: str, index: int = 0) -> bytes:
+    """ChatChunk {delta: Delta {content: text}, model: "model-7b", index}."""
+    return _pb(1, _pb(1, text)) + _pb(2, "model-7b") + bytes([0x18, index & 0x7F])
+
+
+def _enveloped(flags: int, message: bytes) -> bytes:
+    return struct.pack(">BI", flags, len(message)) + message
+
+
+def _envelope_unwrap(unit: bytes) -> tuple[bytes, Callable[[bytes], bytes]]:
+    """An envelope's message, re-framed with its flags and a fresh length."""
+    if len(unit) < 5:
+        return unit, lambda body: body
+    return unit[5:], lambda body: _enveloped(unit[0], body)
+
+
+def _rpc_seeds(end: bytes) -> Callable[[], list[bytes]]:
+    import gzip
+
+    words = ["The quick brown", " fox jumps over", " the lazy dog.", "\n\nThen", " it sleeps, 東京 🚀."]
+
+    def seeds() -> list[bytes]:
+        proto = b"".join(_enveloped(0, _chat_chunk(w, i)) for i, w in enumerate(words))
+        zipped = b"".join(_enveloped(1, gzip.compress(_chat_chunk(w, i))) for i, w in enumerate(words))
+        as_json = b"".join(_enveloped(0, _dump({"delta": {"content": w}, "index": i}).encode())
+                           for i, w in enumerate(words))
+        return [proto + end, zipped + end, as_json + end]
+    return seeds
+
+
 def _big_ws(text: str) -> bytes:
     msg = {"type": "response.output_text.delta", "event_id": "e1", "delta": text}
     return encode_message(_dump(msg).encode(), is_text=True)
@@ -219,6 +263,10 @@ _DEDICATED: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
             {"type": "RESPONSE", "content": ""}]}}}),
             (None, {"p": "response/fragments/-1/content", "o": "APPEND", "v": t})))),
     "bedrock-eventstream": (_glob("bedrock/*.bin"), dict(unwrap=_frame_unwrap, big=_big_bedrock)),
+    "connect": ((), dict(built=_rpc_seeds(_enveloped(2, b'{"metadata":{"x-id":["1"]}}')),
+                         unwrap=_envelope_unwrap, big=lambda t: _enveloped(0, _chat_chunk(t)))),
+    "grpc": ((), dict(built=_rpc_seeds(_enveloped(0x80, b"grpc-status: 0\r\ngrpc-message: \r\n")),
+                      unwrap=_envelope_unwrap, big=lambda t: _enveloped(0, _chat_chunk(t)))),
     "tgi-generate-stream": (("misc/hf-tgi-generate-stream-tokens.sse",), dict(
         big=lambda t: _sse((None, {"index": 1, "token": {"id": 5, "text": t, "logprob": -0.1,
                                                          "special": False}})))),

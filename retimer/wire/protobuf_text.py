@@ -21,6 +21,7 @@ Groups (wire types 3 and 4, deprecated) make a message unreadable here: it is pa
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from retimer.wire.protocols.generic import looks_like_blob
@@ -30,6 +31,7 @@ __all__ = ["ProtoText", "Schema", "find_texts", "replace_text"]
 Schema = dict[tuple[int, ...], bool]  # field numbers' path -> it is a string (False: a message)
 
 MAX_DEPTH = 16
+MAX_TEXTS = 256  # text fields read per message; a message with more is counted by its first ones
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
 
@@ -68,19 +70,32 @@ def _varint(data: bytes, pos: int) -> tuple[int, int] | None:
 def _fields(data: bytes) -> list[_Field] | None:
     """The fields of `data` as one message, or None when it is not one."""
     out: list[_Field] = []
+    for f in _each_field(data):
+        if f is None:
+            return None
+        out.append(f)
+    return out
+
+
+def _each_field(data: bytes) -> Iterator[_Field | None]:
+    """The fields of `data` one by one, read as they are taken; None (and the end) where the
+    bytes stop being a message."""
     pos = 0
     while pos < len(data):
         tag = _varint(data, pos)
         if tag is None:
-            return None
+            yield None
+            return
         key, value_start = tag
         number, wire = key >> 3, key & 7
         if number == 0:
-            return None
+            yield None
+            return
         if wire == _VARINT:
             value = _varint(data, value_start)
             if value is None:
-                return None
+                yield None
+                return
             end = value[1]
         elif wire == _I64:
             end = value_start + 8
@@ -89,16 +104,18 @@ def _fields(data: bytes) -> list[_Field] | None:
         elif wire == _LEN:
             length = _varint(data, value_start)
             if length is None:
-                return None
+                yield None
+                return
             value_start = length[1]
             end = value_start + length[0]
         else:
-            return None  # groups, or not protobuf at all
+            yield None  # groups, or not protobuf at all
+            return
         if end > len(data):
-            return None
-        out.append(_Field(number, wire, pos, value_start, end))
+            yield None
+            return
+        yield _Field(number, wire, pos, value_start, end)
         pos = end
-    return out
 
 
 def _prose(value: bytes) -> str | None:
@@ -112,23 +129,27 @@ def _prose(value: bytes) -> str | None:
 
 
 def _identifier(text: str) -> bool:
-    """An id or a model name (`msg_01ab`, `gpt-4o-mini`, `req-7f3a`): no space, letters and
-    digits mixed; a generated token such as `Hello`, `4` or ` world` is not one."""
-    return (len(text) >= 6 and not any(c.isspace() for c in text)
+    """An id or a model name (`msg_01ab`, `gpt-4o-mini`, `m-1x`): no space, letters and digits
+    mixed; a generated token such as `Hello`, `4` or ` world` is not one."""
+    return (not any(c.isspace() for c in text)
             and any(c.isdigit() for c in text) and any(c.isalpha() for c in text))
 
 
 def find_texts(message: bytes, schema: Schema | None = None, depth: int = 0,
                at: tuple[int, ...] = ()) -> list[ProtoText]:
     """The text fields of a message, in wire order (an empty list when it has none or is not a
-    message). `schema`, kept by the caller across a stream's messages, learns each field's type
-    from the values that read one way only, and settles those that read both ways."""
-    fields = _fields(message)
-    if fields is None or depth > MAX_DEPTH:
+    message; at most MAX_TEXTS per message, the rest is not read). `schema`, kept by the
+    caller across a stream's messages, learns each field's type from the values that read one
+    way only, and settles those that read both ways."""
+    if depth > MAX_DEPTH:
         return []
     known: Schema = {} if schema is None else schema
     out: list[ProtoText] = []
-    for i, f in enumerate(fields):
+    for i, f in enumerate(_each_field(message)):
+        if f is None:
+            return []  # not a message after all
+        if len(out) >= MAX_TEXTS:
+            break  # the rest is not read: a message with this many texts is paced whole
         if f.wire != _LEN or f.end == f.value_start:
             continue
         value = message[f.value_start:f.end]

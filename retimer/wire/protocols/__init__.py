@@ -12,12 +12,14 @@ from retimer.wire.protocols.bedrock import BedrockEventStreamAdapter
 from retimer.wire.protocols.chatgpt_web import ChatGPTWebAdapter
 from retimer.wire.protocols.claude_web import ClaudeWebAdapter
 from retimer.wire.protocols.cohere_chat import CohereChatAdapter
+from retimer.wire.protocols.connect import ConnectStreamAdapter
 from retimer.wire.protocols.deepseek_web import DeepSeekWebAdapter
 from retimer.wire.protocols.gemini_interactions import GeminiInteractionsAdapter
 from retimer.wire.protocols.gemini_json import GeminiJSONArrayAdapter
 from retimer.wire.protocols.gemini_sse import GeminiSSEAdapter
 from retimer.wire.protocols.gemini_web import GeminiWebAdapter
 from retimer.wire.protocols.generic import GenericStreamAdapter
+from retimer.wire.protocols.grpc import GrpcStreamAdapter
 from retimer.wire.protocols.ollama import OllamaAdapter
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 from retimer.wire.protocols.openai_completions import OpenAICompletionsAdapter
@@ -34,6 +36,7 @@ __all__ = [
     "Channel",
     "ClaudeWebAdapter",
     "CohereChatAdapter",
+    "ConnectStreamAdapter",
     "DeepSeekWebAdapter",
     "Event",
     "GeminiInteractionsAdapter",
@@ -41,6 +44,7 @@ __all__ = [
     "GeminiSSEAdapter",
     "GeminiWebAdapter",
     "GenericStreamAdapter",
+    "GrpcStreamAdapter",
     "OllamaAdapter",
     "OpenAIChatAdapter",
     "OpenAICompletionsAdapter",
@@ -67,6 +71,8 @@ ADAPTERS: tuple[type[Adapter], ...] = (
     ChatGPTWebAdapter,
     DeepSeekWebAdapter,
     BedrockEventStreamAdapter,
+    ConnectStreamAdapter,  # by content type, any path
+    GrpcStreamAdapter,
     TGIGenerateStreamAdapter,  # last: it also accepts a TGI-shaped body at any path
 )
 

@@ -33,7 +33,7 @@ from retimer.wire.protocols.sse_json import dumps
 
 __all__ = ["EnvelopedMessageAdapter"]
 
-MAX_INFLATED = 64 * 1024 * 1024  # a compressed message that inflates past this is paced whole
+MAX_INFLATED = 16 * 1024 * 1024  # a compressed message that inflates past this is paced whole
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
