@@ -10,7 +10,8 @@ from typing import Any
 
 MAPPED = {"llm.test", "other.test", "api.openai.com", "api.anthropic.com",
           # IDE agents' own hosts (tests/test_pac_reverse.py)
-          "api.cline.bot", "api.kilo.ai", "api.continue.dev", "portal.qwen.ai", "chat.qwen.ai"}
+          "api.cline.bot", "api.kilo.ai", "api.continue.dev", "portal.qwen.ai", "chat.qwen.ai",
+          "api.jetbrains.ai"}
 _getaddrinfo = socket.getaddrinfo
 
 

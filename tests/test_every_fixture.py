@@ -146,6 +146,9 @@ TABLE: dict[str, Row] = {
     "groq/groq-gpt-oss-midstream-event-error.sse": GROQ,
     "groq/groq-tool-call-x-groq-usage.sse": GROQ,
     "misc/chat-z-ai-web-api-v2-completions.sse": post("chat.z.ai", "/api/v2/chat/completions", "zai-web"),
+    "misc/jetbrains-ai-chat-stream-v7.sse": Row(
+        "POST", "api.jetbrains.ai", "/user/v5/llm/chat/stream/v7", SSE, "generic",
+        "JetBrains AI Assistant's own event shape: paced by whole events on its host"),
     "misc/crusoe-vllm-style.sse": chat("api.inference.crusoecloud.com"),
     "misc/doubao-web-2024-11-protobuf-base64-sse.sse": Row(
         "POST", "www.doubao.com", "/samantha/chat/completion", SSE, "generic",

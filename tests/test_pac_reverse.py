@@ -20,7 +20,7 @@ from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
 from retimer.wire.hosts import LLM_HOSTS, allow_hosts, is_llm_host
 from tests.proxy import RetimerProxy, run_cli
 from tests.stream_bodies import make_anthropic_stream, make_openai_stream
-from tests.upstream import FakeLLM
+from tests.upstream import FakeLLM, load_fixture
 
 NODE = "/usr/bin/node"
 HOSTMAP = Path(__file__).parent / "hostmap.py"
@@ -261,6 +261,13 @@ def test_ide_agents_default_hosts_are_retimed_and_their_other_calls_left_alone(t
                  for host in ("chat.qwen.ai", "api.kilo.ai")]
         time.sleep(0.3)
         after = proxy.records(len(AGENT_CALLS))
+        jetbrains = client.post(f"https://api.jetbrains.ai:{fake.port}/user/v5/llm/chat/stream/v7",
+                                json={"prompt": "ij.chat.request.new-chat-on-start"},
+                                headers={"x-fake-fixture": "misc/jetbrains-ai-chat-stream-v7.sse"})
+        (aia,) = proxy.records(len(AGENT_CALLS) + 1)[len(AGENT_CALLS):]
+    assert jetbrains.content == load_fixture("misc/jetbrains-ai-chat-stream-v7.sse")
+    assert (aia["protocol"], aia["outcome"]) == ("generic", "complete")
+    assert aia["emitted"]["ttft_ms"] >= 298 and aia["emitted"]["tokens"] > 20
     assert texts == [TEXT] * len(AGENT_CALLS)
     assert [r["url"].split("/")[2].split(":")[0] for r in records] == [h for h, _ in AGENT_CALLS]
     assert all(r["protocol"] == "openai-chat" and r["emitted"]["ttft_ms"] >= 298 for r in records)

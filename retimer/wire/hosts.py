@@ -60,6 +60,11 @@ LLM_HOSTS: tuple[str, ...] = (
     "api.codeium.com",
     "server.codeium.com",
     "portal.qwen.ai",  # Qwen Code signed in with Qwen OAuth (OpenAI-compatible)
+    # JetBrains AI Assistant and Junie: SSE of {"type": "Content", "content": ...} events on
+    # /user/v5/llm/chat/stream/vN (paced by the generic adapter), and vendor-native passthroughs
+    "api.jetbrains.ai",
+    "api.app.prod.grazie.aws.intellij.net",
+    "ingrazzio-cloud-prod.labs.jb.gg",
 )
 
 # hosts whose model output travels beside their other traffic (sign-in, accounts, analytics):
@@ -70,6 +75,9 @@ MIXED_HOSTS: tuple[str, ...] = (
     "api.kilo.ai",  # Kilo Code's gateway (OpenRouter-compatible, /api/openrouter, /api/gateway)
     "api.continue.dev",  # Continue's hub models (OpenAI-compatible, /model-proxy/v1)
     "chat.qwen.ai",  # Qwen's web chat and its OAuth sign-in
+    "cursor.sh",  # Cursor's services (api2..api5, agent.api5, ...): Connect-RPC streams
+    "inference.codeium.com",  # Windsurf (Codeium): Connect-RPC from its language server
+    "server.self-serve.windsurf.com",
 )
 
 
