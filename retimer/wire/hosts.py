@@ -75,7 +75,10 @@ MIXED_HOSTS: tuple[str, ...] = (
     "api.kilo.ai",  # Kilo Code's gateway (OpenRouter-compatible, /api/openrouter, /api/gateway)
     "api.continue.dev",  # Continue's hub models (OpenAI-compatible, /model-proxy/v1)
     "chat.qwen.ai",  # Qwen's web chat and its OAuth sign-in
-    "cursor.sh",  # Cursor's services (api2..api5, agent.api5, ...): Connect-RPC streams
+    # Cursor's agent backends (agent.api5, agentn.api5 and regional ones; api4): Connect-RPC
+    # streams. Not all of *.cursor.sh: Cursor asks that its sign-in hosts keep their certificate
+    "api5.cursor.sh",
+    "api4.cursor.sh",
     "inference.codeium.com",  # Windsurf (Codeium): Connect-RPC from its language server
     "server.self-serve.windsurf.com",
 )
