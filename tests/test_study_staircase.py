@@ -276,7 +276,7 @@ def test_feels_slow_is_half_at_the_threshold() -> None:
     assert feels_slow("tps", 10.0, 20.0, 0.1) > 0.99
 
 
-def test_analyze_a_staircase_log(tmp_path: Path) -> None:
+def test_analyze_a_staircase_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = stairs(rule="1-down/1-up")
     records = simulate_staircase(s, [300.0, 700.0], 24, 5, study="t", spread=0.1)
     for r in records:
@@ -288,7 +288,11 @@ def test_analyze_a_staircase_log(tmp_path: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert "a staircase on ttft, 2 participants, 48 answered units" in text.stdout
     assert "threshold: a TTFT of" in text.stdout and "psychometric fit" in text.stdout
-    figures = json.loads(run_cli("study", "analyze", str(log), "--json").stdout)
+    from retimer.cli.analyze_cmd import main as analyze  # the same command, in this process
+
+    capsys.readouterr()
+    analyze([str(log), "--json"])
+    figures = json.loads(capsys.readouterr().out)
     assert figures["design"] == "staircase" and figures["target"] == 0.5
     expected = thresholds(records, "t")
     assert expected is not None
@@ -301,8 +305,10 @@ def test_analyze_a_staircase_log(tmp_path: Path) -> None:
 
     shown = html.unescape(report.read_text())
     assert "Analysis: study t (staircase on ttft)" in shown and figures["summary"] in shown
-    refused = run_cli("study", "analyze", str(log), "--power", "1")
-    assert refused.returncode == 2 and "--power: a staircase study estimates thresholds" in refused.stderr
+    with pytest.raises(SystemExit) as refused:
+        analyze([str(log), "--power", "1"])
+    assert refused.value.code == 2
+    assert "--power: a staircase study estimates thresholds" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------ through the real proxy

@@ -28,8 +28,10 @@ _SYSTEM_BUNDLES = (
 
 
 def system_bundle() -> Path | None:
-    """The system's PEM bundle of trusted roots, or certifi's when none is found."""
-    default = ssl.get_default_verify_paths().cafile
+    """The system's PEM bundle of trusted roots, or certifi's when none is found. OpenSSL's
+    built-in path, not `SSL_CERT_FILE`: that variable is the user's own, which `retimer run`
+    merges with retimer's CA rather than taking for the system's."""
+    default = ssl.get_default_verify_paths().openssl_cafile
     for candidate in (default, *_SYSTEM_BUNDLES):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
