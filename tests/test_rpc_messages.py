@@ -224,3 +224,19 @@ def test_a_broken_stream_passes_the_rest_as_it_came() -> None:
     assert b"".join(e.raw for e in events) == good + b"\x00\xff\xff\xff\xffrest of it"
     assert adapter.failure is not None
     assert [e.raw for e in adapter.feed(b" more")] == [b" more"]
+
+
+def test_an_error_ending_is_the_apis_error() -> None:
+    """The response cache keeps no stream that ended in the API's error."""
+    ok, failed = ConnectStreamAdapter(), ConnectStreamAdapter()
+    ok.feed(encode_envelope(chunk(text="fine words")) + END)
+    failed.feed(encode_envelope(chunk(text="fine words")) + encode_envelope(
+        b'{"error":{"code":"resource_exhausted","message":"quota"}}', END_STREAM))
+    assert (ok.api_error, failed.api_error) == (False, True)
+    zipped = ConnectStreamAdapter()
+    zipped.feed(encode_envelope(gzip.compress(b'{"error":{"code":"internal"}}'), END_STREAM | COMPRESSED))
+    assert zipped.api_error
+    web_ok, web_failed = GrpcStreamAdapter(), GrpcStreamAdapter()
+    web_ok.feed(encode_envelope(b"grpc-status: 0\r\ngrpc-message: \r\n", TRAILERS))
+    web_failed.feed(encode_envelope(b"grpc-status: 8\r\ngrpc-message: quota\r\n", TRAILERS))
+    assert (web_ok.api_error, web_failed.api_error) == (False, True)

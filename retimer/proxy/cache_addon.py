@@ -216,8 +216,9 @@ class ResponseCache:
             or record.get("outcome") != "complete"
             or pacer.captured is None or pacer.fallback is not None
             or pacer.adapter.api_error or pacer.adapter.anomaly is not None
+            or pacer.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
         ):
-            return
+            return  # (gRPC over HTTP/2 ends in trailers, which an entry does not keep)
         entry = new_entry(
             response.status_code, response.reason, response.headers.items(multi=True),
             bytes(pacer.captured), url=destination_url(flow), method=flow.request.method,

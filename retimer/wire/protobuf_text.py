@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from retimer.wire.protocols.generic import looks_like_blob
+from retimer.wire.blobs import looks_like_blob
 
 __all__ = ["ProtoText", "Schema", "find_texts", "replace_text"]
 

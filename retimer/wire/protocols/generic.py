@@ -34,6 +34,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
+from retimer.wire.blobs import looks_like_blob
 from retimer.wire.ndjson import NDJSONLine, NDJSONParser, is_ndjson
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape
 from retimer.wire.sse import SSEEvent, SSEParser, is_event_stream
@@ -55,9 +56,6 @@ _NON_TEXT_ROLES = frozenset({"user", "system", "developer", "tool"})
 _TEXT_PATH = re.compile(r"content|text|parts|thinking|reasoning", re.IGNORECASE)
 _SKIP_EVENT = re.compile(r"title|ping|error|limit|metadata|usage|session|ready|close", re.IGNORECASE)
 _BLOB = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
-_TOKEN_LIKE = re.compile(r"[A-Za-z0-9+/_.=-]{40,}")
-_URL = re.compile(r"(?:https?|wss?|data):\S*\Z", re.IGNORECASE)
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 _EMBEDDED_TEXT = re.compile(rb'\{"text":"(?:[^"\\]|\\.)*"\}')
 _CUMULATIVE_MIN = 8  # a previous value shorter than this is not taken as a prefix
 _REPEAT_MIN = 16  # a shorter string (a word, an indent) is never taken for a repeat
@@ -266,16 +264,6 @@ def _non_text_role(obj: dict[str, Any]) -> bool:
     if isinstance(author, dict):
         role = author.get("role", role)
     return isinstance(role, str) and role.lower() in _NON_TEXT_ROLES
-
-
-def looks_like_blob(text: str) -> bool:
-    """Ids, URLs, UUIDs and base64 runs are not generated text."""
-    s = text.strip()
-    if not s or " " in s:
-        return False
-    if _URL.match(s) or _UUID.match(s):
-        return True
-    return _TOKEN_LIKE.fullmatch(s) is not None and any(c.isdigit() for c in s)
 
 
 def _plain_estimate(data: str) -> str:

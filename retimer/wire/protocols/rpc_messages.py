@@ -21,13 +21,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from retimer.wire.blobs import looks_like_blob
 from retimer.wire.envelope import COMPRESSED, END_STREAM, TRAILERS, Envelope, EnvelopeFramer, encode_envelope
 from retimer.wire.errors import MalformedJSON
 from retimer.wire.media import envelope_codec
 from retimer.wire.protobuf_text import Schema, find_texts, replace_text
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
-from retimer.wire.protocols.generic import SKIP_KEYS, TEXT_KEYS, looks_like_blob
+from retimer.wire.protocols.generic import SKIP_KEYS, TEXT_KEYS
 from retimer.wire.protocols.jsontarget import JSONPath, replaced
 from retimer.wire.protocols.sse_json import dumps
 
@@ -81,8 +82,11 @@ class EnvelopedMessageAdapter(Adapter):
 
     # -- reading ---------------------------------------------------------------------------
     def _event(self, envelope: Envelope) -> Event:
-        if envelope.flags & (END_STREAM | TRAILERS) or envelope.flags & ~(COMPRESSED | END_STREAM | TRAILERS):
-            return Event(raw=envelope.raw)  # control messages, and flags no protocol defines
+        if envelope.flags & (END_STREAM | TRAILERS):
+            self._api_error = self._api_error or _ends_in_error(envelope)
+            return Event(raw=envelope.raw)  # control messages pass whole
+        if envelope.flags & ~COMPRESSED:
+            return Event(raw=envelope.raw)  # flags no protocol defines
         message = envelope.message
         if envelope.compressed:
             inflated = _gunzip(message)
@@ -128,6 +132,25 @@ class EnvelopedMessageAdapter(Adapter):
                 message = dumps(replaced(target.obj, target.json_path, piece)).encode("utf-8")
             out.append(encode_envelope(message))
         return out
+
+
+def _ends_in_error(envelope: Envelope) -> bool:
+    """Connect's end-of-stream message with an `error`, or gRPC-Web trailers with a status other
+    than 0: the stream is the API's error, not an answer to keep (the cache skips it)."""
+    message = envelope.message
+    if envelope.compressed:
+        message = _gunzip(message) or b""
+    if envelope.flags & END_STREAM:
+        try:
+            end = jsontext.loads(message) if message else {}
+        except MalformedJSON:
+            return True
+        return not isinstance(end, dict) or end.get("error") is not None
+    for line in message.decode("utf-8", "replace").splitlines():
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "grpc-status":
+            return value.strip() != "0"
+    return False
 
 
 def _gunzip(data: bytes) -> bytes | None:
