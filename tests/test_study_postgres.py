@@ -148,6 +148,10 @@ def test_the_database_going_away_costs_no_stream_and_no_acknowledged_rating(
             assert c.post("/study/api/consent", json={}).status_code == 200
             r = c.post("/study/api/chat", json={"text": "hello"})
             turn = r.headers["x-study-turn"]
+            deadline = time.monotonic() + 10  # the turn's end is written once the stream is over
+            while c.get("/study/api/state").json()["turns"][-1]["status"] != "done":
+                assert time.monotonic() < deadline, "the turn never finished"
+                time.sleep(0.05)
             headed = {"X-Retimer-Participant": "P2"}
 
             def body(text: str) -> dict[str, Any]:  # a conversation of its own each

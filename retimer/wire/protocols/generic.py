@@ -81,6 +81,7 @@ class GenericStreamAdapter(Adapter):
         self._starts: dict[str, list[int]] = {}  # the _REPEAT_MIN characters after a bound -> bounds
         self._unindexed: list[int] = [0]  # bounds not followed by _REPEAT_MIN characters yet
         self._patch_path = ""  # the JSON-patch path a bare {"v": ...} inherits
+        self._json_seen = False  # a JSON event came: a bare `end` after it is a terminator
 
     @classmethod
     def accepts(cls, request: RequestShape, content_type: str) -> bool:
@@ -146,14 +147,15 @@ class GenericStreamAdapter(Adapter):
 
     def _estimate(self, data: str) -> str:
         stripped = data.lstrip("\ufeff").strip()  # an NDJSON body's BOM stays on its first line
-        if not stripped or stripped == "[DONE]":
-            return ""
+        if not stripped or stripped == "[DONE]" or (stripped == "end" and self._json_seen):
+            return ""  # OpenAI's terminator; JetBrains AI's `data: end` after its JSON events
         if stripped[0] in "{[\"":
             try:
                 obj = json.loads(stripped)
             except (ValueError, RecursionError):
                 pass
             else:
+                self._json_seen = True
                 out: list[str] = []
                 try:
                     self._walk(obj, None, "", out)
