@@ -37,8 +37,6 @@ from tests.test_study import TEXT
 from tests.test_study_participants import ManyProxy
 from tests.upstream import FakeLLM
 
-pytest.importorskip("statsmodels", reason="the analysis extra is part of the test extras")
-
 
 def stairs(**kw: Any) -> StaircaseSettings:
     raw = {"vary": "ttft", "levels": ["100ms", "200ms", "400ms", "800ms", "1.6s"], **kw}

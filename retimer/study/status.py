@@ -167,12 +167,7 @@ def status_lines(design: StudyDesign, status: StudyStatus) -> list[str]:
     if design.counterbalancing == "latin-square" and status.participants % _rows(design):
         lines.append(f"recruit in multiples of {_rows(design)} (the square's rows): "
                      f"{status.participants} started")
-    if status.untimed:
-        lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
-                     "unavailable)")
-    if status.other_studies:
-        lines.append(f"{status.other_studies} records of other studies left out")
-    return lines
+    return lines + _left_out(status)
 
 
 def _stair_lines(stairs: StaircaseSettings, status: StudyStatus) -> list[str]:
@@ -188,6 +183,12 @@ def _stair_lines(stairs: StaircaseSettings, status: StudyStatus) -> list[str]:
                      f"{f'{level:g} {unit}':>12}  {reversals:>9}" + ("  done" if done else ""))
     if len(status.stairs) > SHOWN:
         lines.append(f"... and {len(status.stairs) - SHOWN} more participants")
+    return lines + _left_out(status)
+
+
+def _left_out(status: StudyStatus) -> list[str]:
+    """What the figures above do not count."""
+    lines = []
     if status.untimed:
         lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
                      "unavailable)")
