@@ -23,7 +23,7 @@ from retimer.wire.protocols.websocket import (
     is_llm_websocket_path,
 )
 from retimer.wire.sse import SSEParser
-from retimer.wire.tokenizer import split_tokens
+from retimer.wire.tokenizer import count_tokens, split_tokens
 from tests.adapter_checks import channel_texts, random_pieces
 from tests.proxy import RetimerProxy, run_cli
 from tests.stream_bodies import FIXTURES
@@ -287,6 +287,39 @@ def test_upstream_timing_is_the_servers_not_the_hold(proxy: RetimerProxy) -> Non
     assert session["timed"] == 1 and not session["unmodelled"]
     waits = [p["waiting_s"] for p in session["profiles"]]
     assert waits[0] < waits[1] and session["recorded"]["waiting_s"] not in waits
+
+
+def test_long_messages_arrive_whole_and_intact(proxy: RetimerProxy) -> None:
+    """Responses events that echo the request (50 kB of instructions, as GitHub Copilot's CLI
+    gets them) in non-ASCII text, each read by the proxy a part at a time: the held messages
+    retimer re-sends while the server's next long message is half-way in arrive as they were
+    sent, none joined to another, no character cut in two. (Before: the client got the start of
+    `response.completed` joined to a delta, and U+FFFD where a 4000-byte cut fell in a character.)"""
+    echo = "Règles — “citez” … 😀 naïve façade € " * 900  # 1-4 bytes a character
+    raw = echo.encode()
+    assert any(raw[at] & 0xC0 == 0x80 for at in range(4000, len(raw), 4000))  # cuts in characters
+    def ev(kind: str, **f: object) -> tuple[str, bool]:
+        return json.dumps({"type": kind, **f}, ensure_ascii=False), True
+    sent = [ev("response.created", response={"id": "resp_1", "instructions": echo}),
+            ev("response.output_text.delta", delta="Bonjour"),
+            ev("response.output_text.delta", delta=" à tous"),
+            ev("response.completed", response={"id": "resp_1", "instructions": echo * 2})]
+    before = len(proxy.records(0, timeout=0))
+    with FakeWSLLM([WSReply(sent, gap=0.05, pieces=12)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/responses")
+        try:
+            client.send(json.dumps({"type": "response.create"}))
+            got = [r.data for r in client.receive_until('"response.completed"', timeout=60)]
+        finally:
+            client.close()
+    objs = [json.loads(g) for g in got]  # each one whole JSON message
+    assert [o["type"] for o in objs if o["type"] != "response.output_text.delta"] == [
+        "response.created", "response.completed"]
+    assert got[0] == sent[0][0] and got[-1] == sent[-1][0]
+    assert "".join(o.get("delta", "") for o in objs) == "Bonjour à tous"
+    (record,) = proxy.records(before + 1)[before:]  # one turn, its two deltas' tokens
+    assert record["outcome"] == "complete"
+    assert record["upstream"]["tokens"] == count_tokens("Bonjour") + count_tokens(" à tous")
 
 
 def responses_turn(text: str) -> WSReply:

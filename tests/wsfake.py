@@ -23,6 +23,7 @@ class WSReply:
     messages: list[tuple[bytes | str, bool]]
     close_after: bool = False
     gap: float = 0.0  # seconds between the messages' writes (0: all in one write)
+    pieces: int = 1  # each message's frame written in this many parts, `gap` apart
 
 
 @dataclass
@@ -83,7 +84,16 @@ class FakeWSLLM:
                         turn += 1
                         first = time.monotonic()
                         for i, (payload, _is_text) in enumerate(reply.messages):
-                            out += ws.send(Message(data=payload))
+                            frame = ws.send(Message(data=payload))
+                            if reply.pieces > 1:  # the proxy reads the message a part at a time
+                                size = -(-len(frame) // reply.pieces)
+                                for at in range(0, len(frame), size):
+                                    writer.write(out + frame[at:at + size])
+                                    await writer.drain()
+                                    out = b""
+                                    await asyncio.sleep(reply.gap)
+                                continue
+                            out += frame
                             if reply.gap and i < len(reply.messages) - 1:
                                 writer.write(out)  # one write per message, `gap` apart
                                 await writer.drain()

@@ -70,7 +70,7 @@ class HeldWebSocket:
     holding: Callable[[], bool]  # true while the shell still holds messages to re-send
     deferred: list[tuple[events.Event, float]] = field(default_factory=list)  # waiting, and since when
     scanner: CloseFrameScanner = field(default_factory=CloseFrameScanner)
-    delivering: float | None = None  # when the server event being handed over arrived
+    delivering: float | None = None  # when the server event handed over last arrived (None: live)
 
 
 class WebSocketOrder:
@@ -91,8 +91,11 @@ class WebSocketOrder:
         self._held.clear()
 
     def arrival(self, flow: http.HTTPFlow) -> float | None:
-        """When the server bytes mitmproxy is handing over now reached the proxy, if they waited
-        behind held messages (None: they are handed over as they come)."""
+        """When the server bytes whose messages mitmproxy is handing to the hooks now reached the
+        proxy, if they waited behind held messages (None: they were handed over as they came).
+        mitmproxy runs a message's hook after the event that carried it has been handed over,
+        and no later server event is handed over while a hook is pending (`event`), so this
+        holds until the next one."""
         held = self._held.get(flow.id)
         return held.delivering if held is not None else None
 
@@ -104,7 +107,9 @@ class WebSocketOrder:
         from_server = (
             isinstance(event, events.ConnectionEvent) and event.connection == layer.context.server
         )
-        if from_server and (held.deferred or held.holding()):
+        # a server event also waits while mitmproxy is paused on the hook of a message of an
+        # earlier one: then every message's hook runs while `delivering` is its bytes' arrival
+        if from_server and (held.deferred or held.holding() or layer._paused):
             held.deferred.append((event, time.monotonic()))
             return
         if from_server:
@@ -129,11 +134,8 @@ class WebSocketOrder:
                 if not cut:
                     return
                 event = events.DataReceived(event.connection, event.data[:cut])
-        held.delivering = arrived
-        try:
-            yield from self._original(layer, event)
-        finally:
-            held.delivering = None
+        held.delivering = arrived  # until the next server event: its messages' hooks run later
+        yield from self._original(layer, event)
 
     def _replay(self, layer: WebsocketLayer, held: HeldWebSocket) -> CommandGenerator[None]:
         # replay what waited once everything held is out (and no hook reply is pending)
