@@ -166,6 +166,7 @@ def test_chromium_renders_markdown_and_code_safely(chromium: Any, short_md: Path
         page.close()
 
 
+@pytest.mark.timeout(600)  # up to ATTEMPTS plays of ~100 s each (o3 reading the README)
 def test_chromium_headline_command(chromium: Any):
     """The issue's own command: `retimer demo --profiles cerebras,gpt-5,o3 --text README.md`
     (o3 reads the README for about 80 s)."""

@@ -32,7 +32,9 @@ def expected_packages() -> list[str]:
     haproxy = [] if os.access("/usr/sbin/haproxy", os.X_OK) else ["haproxy"]
     # and PostgreSQL's server in its versioned folder, found by path as well
     postgres = [] if list(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl")) else ["postgresql"]
-    return ["curl", "openssl", *browsers, "libnss3-tools", "nodejs", "npm", "tmux", *haproxy,
+    # and the Kerberos headers (code-server's native modules) by their file
+    krb5 = [] if Path("/usr/include/gssapi/gssapi.h").exists() else ["libkrb5-dev"]
+    return ["curl", "openssl", *browsers, "libnss3-tools", "nodejs", "npm", *krb5, "tmux", *haproxy,
             *postgres]
 
 
