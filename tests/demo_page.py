@@ -40,10 +40,10 @@ ALL_DONE_JS = ("document.querySelectorAll('.pane').length > 0 && [...document.qu
 class DemoCommand:
     """`retimer demo ARGS --no-browser --port 0` running; `url` is the page it printed."""
 
-    def __init__(self, *args: str, timeout: float = 30.0) -> None:
+    def __init__(self, *args: str, timeout: float = 30.0, cwd: Path = REPO) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "retimer", "demo", *args, "--no-browser", "--port", "0"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         self.lines: list[str] = []
         found = threading.Event()
