@@ -41,7 +41,7 @@ from bench.harness import (
     prose,
     stream_spec,
 )
-from tests.proxy import wait_listening
+from tests.support.proxy import wait_listening
 
 PASS_TOKENS, PASS_STREAMS = 300, 4  # per round: sequential streams, one word per event 2 ms apart
 PACED_TOKENS, PACED_STREAMS, PACED_TPS = 200, 20, "100"  # per round: concurrent, fast upstream

@@ -50,7 +50,7 @@ CASES: tuple[tuple[str, str, str, str, str], ...] = (
 
 def _expected(fixture: str, shape: dict[str, str]) -> dict[str, str]:
     from bench.client import adapter_events  # the same counting the client process does
-    from tests.stream_bodies import load_fixture
+    from tests.support.stream_bodies import load_fixture
 
     _, texts, _ = adapter_events([(0.0, load_fixture(fixture))], shape)
     return texts
@@ -110,7 +110,7 @@ def websocket_row(proxy: Any, seed: int, streams: int) -> dict[str, Any]:
 
     from bench.harness import prose
     from retimer.wire.tokenizer import split_tokens
-    from tests.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
+    from tests.support.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
 
     rnd = random.Random(seed)
     words = prose(300, seed).split(" ")

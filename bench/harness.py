@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from retimer.wire.tokenizer import count_tokens
-from tests.proxy import RetimerProxy, free_port, wait_listening
-from tests.stream_bodies import make_anthropic_stream, make_openai_stream
-from tests.upstream import FakeLLM
+from tests.support.proxy import RetimerProxy, free_port, wait_listening
+from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.support.upstream import FakeLLM
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: bench's processes start here
 

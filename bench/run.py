@@ -1,6 +1,6 @@
 """Run the retimer benchmarks: `.venv/bin/python -m bench.run [--quick] [--update-doc]` (from the checkout).
 
-Starts a fake LLM upstream (tests/upstream.py), the real `retimer` CLI and plain `mitmdump`
+Starts a fake LLM upstream (tests/support/upstream.py), the real `retimer` CLI and plain `mitmdump`
 as subprocesses, and a measuring client in its own process (bench.client). Writes
 bench/results/<time>.json and bench/results/latest.{json,md}, prints the markdown tables, and
 with --update-doc replaces the results section of BENCHMARKS.md. Timing depends on the

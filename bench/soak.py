@@ -1,6 +1,6 @@
 """Soak test: `.venv/bin/python -m bench.soak [--minutes 10 | --quick] [--update-doc]` (from the checkout).
 
-Runs the real `retimer` CLI (tests/proxy.py's RetimerProxy, plus the read-only probe script
+Runs the real `retimer` CLI (tests/support/proxy.py's RetimerProxy, plus the read-only probe script
 bench/soak_probe.py for the task and object counts), the tests' FakeLLM and FakeWSLLM
 upstreams in this process, and bench.soak_client in a process of its own, which keeps
 `--concurrency` streams of every format in flight for the whole time, with faults mixed in,
@@ -37,7 +37,7 @@ from bench.harness import FakeLLM, RetimerProxy, memory_kb
 from bench.run import machine
 from bench.soak_client import ws_reply_messages
 from bench.soak_report import render
-from tests.wsfake import FakeWSLLM, WSReply
+from tests.support.wsfake import FakeWSLLM, WSReply
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -31,7 +31,7 @@ from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Mess
 
 from retimer.wire.protocols import find_adapter
 from retimer.wire.protocols.base import Channel, RequestShape
-from tests.fixture_streams import (
+from tests.support.fixture_streams import (
     ANTHROPIC_FIXTURES,
     GEMINI_JSON_FIXTURES,
     GEMINI_SSE_FIXTURES,

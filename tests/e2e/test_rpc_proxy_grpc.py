@@ -1,0 +1,117 @@
+"""A real grpcio server-streaming call through retimer (forward mode, TLS, HTTP/2): the text
+arrives exact, its multi-word messages split into token pieces, paced to the profile, and the
+HTTP/2 trailers (status, message, trailing metadata) arrive intact, an error status too."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from concurrent import futures
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.support.proxy import RetimerProxy
+from tests.support.server_certs import make_certs
+
+PROTO = """
+syntax = "proto3";
+package rt;
+message ChatRequest { string prompt = 1; int32 fail_after = 2; }
+message Delta { string content = 1; }
+message ChatChunk { Delta delta = 1; string model = 2; int32 index = 3; }
+service Chat { rpc Stream(ChatRequest) returns (stream ChatChunk); }
+"""
+PIECES = ["The quick brown fox", " jumps over the lazy dog,", " and the cat watches it",
+          " from the warm window sill.", " Nobody moves much after that,", " which suits them all."]
+TTFT_MS, TPS = 300.0, 50.0
+
+
+def _compiled(tmp: Path) -> tuple[ModuleType, ModuleType]:
+    (tmp / "rtchat.proto").write_text(PROTO)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{tmp}", f"--python_out={tmp}",
+                    f"--grpc_python_out={tmp}", str(tmp / "rtchat.proto")], check=True)
+    sys.path.insert(0, str(tmp))
+    try:
+        return importlib.import_module("rtchat_pb2"), importlib.import_module("rtchat_pb2_grpc")
+    finally:
+        sys.path.remove(str(tmp))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, int, Path, RetimerProxy]]:
+    tmp = tmp_path_factory.mktemp("grpc")
+    pb, pb_grpc = _compiled(tmp)
+    ca, cert, key = make_certs(tmp, ("localhost", "127.0.0.1"), "retimer grpc test CA")
+
+    class Chat(pb_grpc.ChatServicer):  # type: ignore[misc, name-defined]
+        def Stream(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            context.set_trailing_metadata((("x-usage", "tokens=41"),))
+            for i, piece in enumerate(PIECES):
+                if request.fail_after and i == request.fail_after:
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "quota: 41 tokens left")
+                yield pb.ChatChunk(delta=pb.Delta(content=piece), model="model-7b", index=i)
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    pb_grpc.add_ChatServicer_to_server(Chat(), server)
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+        [(key.read_bytes(), cert.read_bytes())]))
+    server.start()
+    try:
+        with RetimerProxy(tmp / "proxy", "--intercept", "localhost", "--profile", "gpt-5",
+                          "--ttft", f"{TTFT_MS:g}ms", "--tps", f"{TPS:g}", "--jitter", "0",
+                          upstream_ca=ca) as proxy:
+            yield pb, pb_grpc, port, ca, proxy
+    finally:
+        server.stop(0)
+
+
+def _call(served: tuple[Any, Any, int, Path, RetimerProxy], fail_after: int = 0,
+          direct: bool = False) -> tuple[list[Any], grpc.Call, list[float]]:
+    pb, pb_grpc, port, ca, proxy = served
+    roots = ca.read_bytes() if direct else proxy.ca_path.read_bytes()
+    options = [] if direct else [("grpc.http_proxy", proxy.url)]
+    options.append(("grpc.enable_http_proxy", 0 if direct else 1))
+    with grpc.secure_channel(f"localhost:{port}", grpc.ssl_channel_credentials(roots),
+                             options=options) as channel:
+        call = pb_grpc.ChatStub(channel).Stream(pb.ChatRequest(prompt="hi", fail_after=fail_after))
+        got, times, start = [], [], time.monotonic()
+        try:
+            for message in call:
+                got.append(message)
+                times.append(time.monotonic() - start)
+        except grpc.RpcError:
+            pass  # the status is read from the call below
+        return got, call, times
+
+
+def test_a_grpc_stream_is_split_paced_and_keeps_its_trailers(served: Any) -> None:
+    before = len(served[4].records(0, timeout=0))
+    got, call, _ = _call(served)
+    assert "".join(m.delta.content for m in got) == "".join(PIECES)
+    assert len(got) > 3 * len(PIECES)  # each multi-word message went out as token pieces
+    assert {(m.model, m.index) for m in got} == {("model-7b", i) for i in range(len(PIECES))}
+    assert call.code() == grpc.StatusCode.OK
+    assert ("x-usage", "tokens=41") in [(m.key, m.value) for m in call.trailing_metadata()]
+    (record,) = served[4].records(before + 1)[before:]
+    assert (record["protocol"], record["outcome"], record["url"].split("/", 3)[3]) == (
+        "grpc", "complete", "rt.Chat/Stream")
+    assert abs(record["emitted"]["ttft_ms"] - TTFT_MS) < 50
+    assert record["emitted"]["tps"] == pytest.approx(TPS, rel=0.05)
+    assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 30
+    assert record["upstream"]["duration_ms"] < record["emitted"]["duration_ms"] / 4  # it was held
+
+
+def test_an_error_status_arrives_after_the_same_text(served: Any) -> None:
+    direct, direct_call, _ = _call(served, fail_after=3, direct=True)
+    got, call, _ = _call(served, fail_after=3)
+    assert "".join(m.delta.content for m in got) == "".join(m.delta.content for m in direct)
+    assert (call.code(), call.details()) == (direct_call.code(), direct_call.details()) == (
+        grpc.StatusCode.RESOURCE_EXHAUSTED, "quota: 41 tokens left")
+    assert ("x-usage", "tokens=41") in [(m.key, m.value) for m in call.trailing_metadata()]

@@ -1,0 +1,413 @@
+"""The hosted study page (`page:` in the study file): a participant in headless Chromium
+consents, chats with the (fake) model through retimer's pacing, rates each response and gets
+the completion code; the server alone decides what goes upstream; a reload loses nothing; the
+page is safe to put on the internet (signed cookie, same-origin actions, limits)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from retimer.proxy.study_addon import load_study
+from retimer.study.page import PageError, cookie_value, parse_page, verify_cookie
+from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.support.upstream import FakeLLM
+
+REPLY = ("Here is a **quick** dinner:\n\n1. Boil the pasta.\n2. Toss it with pesto.\n\n"
+         "```python\nprint('buon appetito')\n```\n")
+KEY = "sk-researcher-secret-key-0001"
+TASKS = ["Ask the assistant for a weekday dinner recipe.", "Ask it to explain what a CSV file is."]
+CONDITIONS = [{"name": "swift", "profile": "gpt-5", "ttft": "60ms", "tps": 900, "jitter": 0},
+              {"name": "sluggish", "profile": "gpt-5", "ttft": "1500ms", "tps": 300, "jitter": 0}]
+
+
+def page_study(tmp: Path, **page: Any) -> Path:
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "page-study", "seed": 11, "unit": "conversation",
+        "counterbalancing": "latin-square", "conditions": CONDITIONS,
+        "page": {"model": "study-model", "max_tokens": 300, "system": "Be brief.",
+                 "title": "Chatting with an assistant",
+                 "consent": "This is a **study** of chat assistants. Your answers are anonymous.",
+                 "tasks": TASKS, "slow_question": True,
+                 "completion": {"code": "C0MPL3TE"}, **page}}))
+    return path
+
+
+class PageProxy(RetimerProxy):
+    def __init__(self, tmp: Path, study: Path, upstream: str, *args: str) -> None:
+        import os
+
+        super().__init__(tmp, "--upstream", upstream, *args,
+                         env={**os.environ, "OPENAI_API_KEY": KEY})
+        self.args = ["study", str(study), *self.args]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(make_openai_stream(REPLY), make_anthropic_stream(REPLY), bursts=3) as f:
+        yield f
+
+
+def log_lines(proxy: RetimerProxy) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in proxy.log_path.read_text().splitlines() if x.strip()]
+
+
+# ------------------------------------------------------------------ the settings
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ({"tasks": ["a"]}, "page.model: required"),
+    ({"model": "m"}, "page.tasks: expected a list"),
+    ({"model": "m", "tasks": ["a"], "api": "cohere"}, "page.api: expected one of openai, anthropic"),
+    ({"model": "m", "tasks": ["a"], "max_tokens": 0}, "page.max_tokens: expected a whole number"),
+    ({"model": "m", "tasks": ["a"], "scales": [{"name": "Speed"}]}, "page.scales[0].name"),
+    ({"model": "m", "tasks": ["a"], "limits": {"tokens": 5}}, "page.limits.tokens: unknown key"),
+    ({"model": "m", "tasks": ["a"], "completion": {"redirect": "http://x"}},
+     "page.completion.redirect: expected an https://"),
+    ({"model": "m", "tasks": ["a"], "key_env": "not a name"}, "page.key_env"),
+    ({"model": "m", "tasks": ["a"], "colour": "red"}, "page.colour: unknown key"),
+])
+def test_page_section_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:
+    with pytest.raises(PageError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        parse_page(raw)
+
+
+def test_cookie_names_only_its_own_participant() -> None:
+    secret = b"k" * 32
+    value = cookie_value(secret, "P1")
+    assert verify_cookie(secret, value) == "P1"
+    assert verify_cookie(b"j" * 32, value) is None
+    assert verify_cookie(secret, value.replace("P1.", "P2.")) is None
+    assert verify_cookie(secret, "P2." + "0" * 32) is None and verify_cookie(secret, "") is None
+
+
+def test_page_start_errors_are_one_line(tmp_path: Path) -> None:
+    study = page_study(tmp_path)
+    for args, needle in [((), "page: the study page sends the study's requests"),
+                         (("--upstream", "http://127.0.0.1:9", "--participant", "P1"),
+                          "--participant: a study with a page")]:
+        result = run_cli("study", str(study), *args)
+        assert result.returncode == 2 and needle in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    result = subprocess.run([sys.executable, "-m", "retimer", "study", str(study), "--upstream",
+                             "http://127.0.0.1:9"], capture_output=True, text=True, env=env,
+                            timeout=60)
+    assert result.returncode == 2 and "page.key_env: OPENAI_API_KEY is not set" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------------ a participant in Chromium
+
+
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def rate(page: Any, speed: int, quality: int, slow: bool) -> None:
+    page.wait_for_selector("#rate", timeout=30000)
+    page.locator(f'#rate input[name="speed"][value="{speed}"]').check(force=True)
+    page.locator(f'#rate input[name="quality"][value="{quality}"]').check(force=True)
+    page.locator(f'#rate input[name="slow"][value="{"yes" if slow else "no"}"]').check(force=True)
+    page.click("#save")
+    page.wait_for_selector("#rate", state="detached", timeout=10000)
+
+
+def send(page: Any, text: str) -> None:
+    page.wait_for_selector("#text:not([disabled])", timeout=30000)
+    page.fill("#text", text)
+    page.keyboard.press("Enter")
+
+
+def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: FakeLLM,
+                                                      chromium: Any) -> None:
+    panel = "https://panel.example/done?cc=C0MPL3TE"
+    study = page_study(tmp_path, completion={"code": "C0MPL3TE", "redirect": panel})
+    design, profiles = load_study(str(study))
+    shots = tmp_path / "shots"
+    errors: list[str] = []
+    with PageProxy(tmp_path / "p", study, fake.url) as proxy:
+        context = chromium.new_context(viewport={"width": 900, "height": 900})
+        page = context.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.route("https://panel.example/**", lambda route: route.fulfill(
+            body="back at the panel", content_type="text/plain"))  # the panel, offline
+        page.goto(f"{proxy.url}/study/?PROLIFIC_PID=P1&STUDY_ID=s")
+        assert page.url == f"{proxy.url}/study/"  # the id went into the cookie, out of the address
+        page.wait_for_selector("#agree")
+        assert page.locator(".consent strong").inner_text() == "study"
+        page.click("#agree")
+        send(page, "What can I cook tonight?")
+        page.wait_for_selector("#rate", timeout=30000)
+        page.screenshot(path=str(shots / "rate.png"), full_page=True)
+        rate(page, 6, 5, False)
+        assert page.locator(".assistant .b strong").first.inner_text() == "quick"
+        assert "buon appetito" in page.locator(".assistant pre code").inner_text()
+        page.screenshot(path=str(shots / "task1.png"), full_page=True)
+        page.click("#next")
+        page.wait_for_selector("text=Task 2 of 2")
+        send(page, "What is a CSV file?")
+        page.reload()  # mid-response: the server keeps the conversation
+        page.wait_for_selector(".msg.user", timeout=10000)
+        assert page.locator(".msg.user .b").last.inner_text() == "What is a CSV file?"
+        interrupted = page.locator("text=This response was interrupted")
+        deadline = time.monotonic() + 20
+        while not page.locator("#rate").count() and not interrupted.count():
+            assert time.monotonic() < deadline, "the reloaded page never showed the turn's end"
+            time.sleep(0.2)
+        if interrupted.count():  # the reload closed the stream: ask again, same conversation
+            send(page, "What is a CSV file?")
+        rate(page, 2, 6, True)
+        page.click("#next")
+        page.wait_for_selector("#code", timeout=10000)
+        code = page.locator("#code").inner_text()
+        page.screenshot(path=str(shots / "done.png"))
+        shown = page.content()
+        page.wait_for_url(panel, timeout=15000)  # and back to the panel by itself
+        context.close()
+        time.sleep(0.3)
+        lines = log_lines(proxy)
+        served = fake.requests
+        token = (proxy.confdir / "study-admin-token").read_text().strip()
+        admin = httpx.get(f"{proxy.url}/study/admin.json", headers={"authorization": f"Bearer {token}"})
+        admin_page = httpx.get(f"{proxy.url}/study/admin", params={"token": token}).text
+        banner = proxy.stdout()
+    status = run_cli("study", str(study), "--status", str(proxy.log_path))
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0] == ("study page-study: 1 participant started, 1 finished; "
+                                             "2 units, 2 ratings")
+    assert "balance: every unit has the condition the design gives it" in status.stdout
+    assert admin.status_code == 200
+    figures = admin.json()
+    assert (figures["participants"], figures["finished"], figures["units"], figures["ratings"]) == (
+        1, 1, 2, 2)
+    assert {c["name"]: (c["units"], c["ratings"]) for c in figures["conditions"]} == {
+        c: (1, 1) for c in ("swift", "sluggish")}
+    assert status.stdout.splitlines()[0] in admin_page
+    assert "/study/admin?token=TOKEN" in banner and token not in banner
+    assert not errors, errors
+    assert code == "C0MPL3TE"
+    streams = [x for x in lines if "type" not in x]
+    ratings = [x for x in lines if x.get("type") == "rating"]
+    events = [(x["participant"], x["event"]) for x in lines if x.get("type") == "participant"]
+    assert events == [("P1", "consented"), ("P1", "finished")]
+    complete = [s for s in streams if s["outcome"] == "complete"]
+    if design.condition("P1", 1).name == "sluggish":  # 1.5 s to the first token: the reload cut it
+        assert [s["outcome"] for s in streams] == ["complete", "client-gone", "complete"]
+    assert [s["unit"] for s in complete][-1] == 1 and complete[0]["unit"] == 0
+    for s in streams:  # each task a unit, paced to the participant's row of the square
+        assert s["participant"] == "P1"
+        assert s["condition"] == design.condition("P1", s["unit"]).name
+        assert s["target"]["ttft_ms"] == pytest.approx(profiles[s["condition"]].ttft.p50 * 1000)
+    assert [(r["task"], r["speed"], r["quality"], r["slow"]) for r in ratings] == [
+        (0, 6, 5, False), (1, 2, 6, True)]
+    assert [r["stream"] for r in ratings] == [complete[0]["id"], complete[-1]["id"]]
+    assert [r["condition"] for r in ratings] == [complete[0]["condition"], complete[-1]["condition"]]
+    for s in served:  # the server's call: the study's model, cap, system prompt and key
+        body = json.loads(s.body)
+        assert (body["model"], body["max_tokens"], body["messages"][0]) == (
+            "study-model", 300, {"role": "system", "content": "Be brief."})
+        assert s.headers["authorization"] == f"Bearer {KEY}" and "cookie" not in s.headers
+    assert not [c["name"] for c in CONDITIONS if c["name"] in shown] and KEY not in shown
+
+
+# ------------------------------------------------------------------ safe on the internet
+
+
+def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) -> None:
+    study = page_study(tmp_path, limits={"turns": 2, "requests_per_minute": 10})
+    with PageProxy(tmp_path / "s", study, fake.url) as proxy:
+        anon = httpx.Client(base_url=proxy.url, timeout=30)
+        assert anon.get("/study/").status_code == 400  # no link, no cookie
+        assert anon.get("/study/admin").status_code == 401  # the admin view needs its token
+        assert anon.get("/study/admin.json", params={"token": "x" * 40}).status_code == 401
+        odd = anon.get("/study/?participant=P1%3Cscript%3E")
+        assert odd.status_code == 400 and "not valid" in odd.text and "<script>" not in odd.text
+        p1 = httpx.Client(base_url=proxy.url, timeout=30)
+        p1.get("/study/?participant=P1")
+        cookie = p1.cookies["retimer_study"]
+        forged = httpx.Client(base_url=proxy.url, timeout=30,
+                              cookies={"retimer_study": cookie.replace("P1.", "P2.")})
+        assert forged.get("/study/api/state").status_code == 401
+        assert anon.get("/study/api/state").status_code == 401
+        assert p1.post("/study/api/chat", json={"text": "hi"}).status_code == 409  # consent first
+        assert p1.post("/study/api/consent", content=b"{}",
+                       headers={"content-type": "text/plain"}).status_code == 403  # a cross-site form
+        assert p1.post("/study/api/consent", json={},
+                       headers={"origin": "https://evil.example"}).status_code == 403
+        assert p1.post("/study/api/consent", json={}).status_code == 200
+        r = p1.post("/study/api/chat", json={"text": "hi", "model": "gpt-4o", "max_tokens": 99999,
+                                             "messages": [{"role": "system", "content": "x"}]})
+        turn = r.headers["x-study-turn"]
+        assert r.status_code == 200 and "C0MPL3TE" not in r.text
+        p2 = httpx.Client(base_url=proxy.url, timeout=30)
+        p2.get("/study/?participant=P2")
+        p2.post("/study/api/consent", json={})
+        theirs = p2.post("/study/api/rate", json={"turn": turn, "scores": {"speed": 1, "quality": 1},
+                                                  "slow": True})
+        assert theirs.status_code == 404 and theirs.json()["error"] == "That response is not one of yours."
+        bad = p1.post("/study/api/rate", json={"turn": turn, "scores": {"speed": 9, "quality": 1},
+                                               "slow": True})
+        assert bad.status_code == 400 and "speed: expected a whole number 1-7" in bad.json()["error"]
+        assert p1.post("/study/api/chat", json={"text": "again"}).status_code == 409  # rate first
+        ok = {"turn": turn, "scores": {"speed": 4, "quality": 4}, "slow": False}
+        assert p1.post("/study/api/rate", json=ok).status_code == 200
+        assert p1.post("/study/api/rate", json=ok).status_code == 409  # stored once
+        assert p1.post("/study/api/next", json={}).status_code == 200
+        r2 = p1.post("/study/api/chat", json={"text": "second"})
+        p1.post("/study/api/rate", json={**ok, "turn": r2.headers["x-study-turn"]})
+        third = p1.post("/study/api/chat", json={"text": "third"})
+        assert third.status_code == 429 and "limit of 2 messages" in third.json()["error"]
+        assert p1.post("/study/api/chat", json={"text": "x" * 5000}).status_code == 400
+        time.sleep(0.3)
+        lines = log_lines(proxy)
+        served = fake.requests
+        shown = proxy.stdout() + proxy.stderr()
+    assert [json.loads(s.body)["model"] for s in served] == ["study-model"] * 2
+    assert [json.loads(s.body)["max_tokens"] for s in served] == [300] * 2
+    assert [m["role"] for m in json.loads(served[0].body)["messages"]] == ["system", "user"]
+    assert len([x for x in lines if x.get("type") == "rating"]) == 2
+    written = proxy.log_path.read_text() + shown
+    assert KEY not in written and cookie not in written
+
+
+def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    from retimer.cli.export import write_csv
+    from retimer.records.export import read_log
+
+    stream = {"id": "s1", "emitted": {"ttft_ms": 50.0}, "participant": "P1", "condition": "a",
+              "unit": 0, "study": "x"}
+    rating = {"type": "rating", "stream": "s1", "participant": "P1", "unit": 0, "task": 0,
+              "speed": 3, "effort": 6, "slow": True}
+    out = io.StringIO()
+    write_csv(read_log([json.dumps(stream), json.dumps(rating)]), out)
+    row = next(csv.DictReader(io.StringIO(out.getvalue())))
+    assert (row["rating_speed"], row["rating_quality"], row["rating_slow"], row["rating_effort"]) == (
+        "3", "", "true", "6")
+    assert "rating_task" not in row and "rating_unit" not in row
+
+
+def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
+    from retimer.study.status import status_lines, summarize
+
+    design, _ = load_study(str(page_study(tmp_path)))
+    first = design.condition("P1", 0).name
+    other = design.condition("P1", 1).name
+    records = [
+        {"type": "participant", "event": "consented", "study": "page-study", "participant": "P1"},
+        {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},
+        {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},  # a retry
+        {"study": "page-study", "participant": "P1", "condition": other, "unit": 1,
+         "upstream_bound": True},
+        {"type": "rating", "study": "page-study", "participant": "P1", "condition": other},
+        {"study": "page-study", "participant": None, "condition": None, "unit": None},
+        {"study": "another", "participant": "P9", "condition": "x", "unit": 0},
+    ]
+    status = summarize(design, records)
+    assert (status.participants, status.finished, status.units, status.ratings) == (1, 0, 2, 1)
+    by = {c.name: c for c in status.conditions}
+    assert (by[first].units, by[first].streams, by[other].excluded, by[other].ratings) == (1, 2, 1, 1)
+    assert (status.untimed, status.other_studies) == (1, 1)
+    text = "\n".join(status_lines(design, status))
+    assert "1 streams untimed" in text and "1 records of other studies left out" in text
+
+
+def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
+    from retimer.proxy.page_state import PENDING_S, PageRefused, PageState
+
+    state = PageState()
+    with pytest.raises(PageRefused, match="consent first"):
+        state.start_turn("P1", "t0", "hi", 0.0, 2, None, None, None)
+    state.consent("P1", 0.0)
+    state.start_turn("P1", "t1", "hi", 10.0, 2, None, None, None)
+    with pytest.raises(PageRefused, match="still coming in") as second_tab:
+        state.start_turn("P1", "t2", "hi again", 11.0, 2, None, None, None)
+    assert second_tab.value.status == 409
+    state.start_turn("P1", "t3", "later", 10.0 + PENDING_S + 1, 2, None, None, None)  # t1 lost
+    assert [t.status for t in state.progress("P1").turns] == ["broken", "pending"]
+    state.finish_turn("t3", "a long answer", True, 500)
+    state.rate("P1", "t3")
+    with pytest.raises(PageRefused, match="limit of response length") as tokens:
+        state.start_turn("P1", "t4", "more", 2000.0, 2, None, 500, None)
+    assert tokens.value.status == 429
+    with pytest.raises(PageRefused, match="at most 1 messages a minute"):
+        state.start_turn("P1", "t5", "more", 10.0 + PENDING_S + 30, 2, None, None, 1)
+    assert state.history("P1", 0) == [("user", "hi"), ("user", "later"),
+                                      ("assistant", "a long answer")]
+    with pytest.raises(PageRefused, match="not one of yours"):
+        state.rate("P2", "t3")
+
+
+def test_finishing_is_noted_once() -> None:
+    from retimer.proxy.page_state import PageState
+
+    state = PageState()
+    state.consent("P1", 0.0)
+    state.start_turn("P1", "t1", "hi", 1.0, 1, None, None, None)
+    state.finish_turn("t1", "hello", True, 3)
+    state.rate("P1", "t1")
+    assert [state.next_task("P1", 1, 1, 2.0), state.next_task("P1", 1, 1, 3.0)] == [True, False]
+    assert state.progress("P1").finished
+
+
+def test_a_staircase_on_the_study_page(tmp_path: Path, fake: FakeLLM) -> None:
+    """Each task's TTFT follows the participant's yes/no answers on the page."""
+    from retimer.study.staircase import parse_staircase, position_after
+
+    settings = {"vary": "ttft", "levels": [100, 200, 400, 800, 1600], "tps": 900, "jitter": 0,
+                "profile": "gpt-5"}
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "page-staircase", "seed": 3, "unit": "conversation", "staircase": settings,
+        "page": {"model": "study-model", "tasks": [f"Task {i}" for i in range(5)],
+                 "slow_question": True, "completion": {"code": "DONE"}}}))
+    answers = [False, False, True, False, True]
+    with PageProxy(tmp_path / "s", path, fake.url) as proxy:
+        p1 = httpx.Client(base_url=proxy.url, timeout=30)
+        p1.get("/study/?participant=P1")
+        assert p1.post("/study/api/consent", json={}).status_code == 200
+        for slow in answers:
+            turn = p1.post("/study/api/chat", json={"text": "hi"}).headers["x-study-turn"]
+            rated = p1.post("/study/api/rate", json={"turn": turn, "slow": slow,
+                                                     "scores": {"speed": 4, "quality": 4}})
+            assert rated.status_code == 200, rated.text
+            assert p1.post("/study/api/next", json={}).status_code == 200
+        assert p1.get("/study/api/state").json()["code"] == "DONE"
+        time.sleep(0.3)
+        streams = [x for x in log_lines(proxy) if x.get("type", "stream") == "stream"]
+    stairs = parse_staircase(settings, ["speed"], {"tps": "900", "jitter": "0"})
+    walked = [stairs.levels[position_after(stairs, [(stairs.levels.index(s["level"]), a)
+                                                    for s, a in zip(streams[:k], answers)]).level]
+              for k in range(len(answers))]
+    assert [s["unit"] for s in streams] == [0, 1, 2, 3, 4]
+    assert [s["level"] for s in streams] == walked == [400, 800, 1600, 800, 1600]
+    assert [s["condition"] for s in streams] == [f"ttft-{v:g}ms" for v in walked]
+    assert all(s["emitted"]["ttft_ms"] == pytest.approx(s["level"], abs=60) for s in streams)

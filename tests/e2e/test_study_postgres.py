@@ -1,0 +1,295 @@
+"""Study state on a real PostgreSQL server: the same positions and page state as the sqlite3
+file, atomic across connections; a database that goes away mid-study costs the participants
+no stream and no acknowledged rating; and the hosted study as researchers run it: 40 simulated
+participants in headless Chromium through two retimer instances behind HAProxy sharing one
+PostgreSQL database."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import yaml
+
+from retimer.proxy.page_state import PageState
+from retimer.proxy.study_addon import load_study
+from retimer.proxy.study_state import SharedState
+from tests.support.balancer import HAProxy
+from tests.support.postgres import Postgres
+from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.support.upstream import FakeLLM
+
+REPLY = "Sure: **boil** the pasta, then toss it with pesto and serve it warm."
+KEY = "sk-researcher-pg-key-0001"
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[Postgres]:
+    with Postgres() as server:
+        yield server
+
+
+@pytest.fixture
+def fresh(pg: Postgres) -> str:
+    """An empty database on the module's server, for one test."""
+    name = f"t{time.monotonic_ns()}"
+    with psycopg.connect(pg.url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return pg.url.rsplit("/", 1)[0] + f"/{name}"
+
+
+def test_positions_and_page_state_on_postgres(fresh: str) -> None:
+    state = SharedState(fresh, "pg-study")
+    assert [state.next_request("A"), state.next_request("B"), state.next_request("A")] == [0, 0, 1]
+    assert [state.conversation("A", "k"), state.conversation("B", "j"),
+            state.conversation("B", "k"), state.conversation("A", "k")] == [0, 0, 1, 0]
+    state.link("A", "resp_1", "k")
+    assert (state.alias_of("A", "resp_1"), state.alias_of("B", "resp_1")) == ("k", "resp_1")
+    state.add_rateable("A", "s1", {"id": "s1"})
+    assert state.latest("A") == {"id": "s1"} and state.rateable_stream("B", "s1") is None
+    # a staircase's levels and first answers (choose: one level up per "not slow")
+    choose = lambda answered: 4 + sum(1 if not slow else -1 for _, slow in answered)  # noqa: E731
+    assert [state.unit_level("A", 0, choose), state.unit_level("A", 0, choose)] == [4, 4]
+    assert state.answer("A", 0, False) and not state.answer("A", 0, True)
+    assert state.unit_level("A", 1, choose) == 5 and state.unit_level("B", 0, choose) == 4
+    assert state.stairs("A") == [(0, 4, False), (1, 5, None)]
+    page = PageState(fresh, "pg-study")
+    assert page.consent("A", 1.0) and not page.consent("A", 2.0)
+    assert page.start_turn("A", "t1", "hi", 10.0, 2, None, None, None) == 0
+    page.finish_turn("t1", "hello", True, 7, "fast", 0)
+    assert page.rate("A", "t1").condition == "fast"
+    assert page.next_task("A", 1, 2, 11.0) is False
+    progress = page.progress("A")
+    assert (progress.task, progress.tokens, [t.rated for t in progress.turns]) == (1, 7, [True])
+    with pytest.raises(Exception, match="holds the state of study 'pg-study'"):
+        SharedState(fresh, "another-study")
+    state.close()
+    page.close()
+
+
+def test_positions_are_handed_out_once_across_connections(fresh: str) -> None:
+    SharedState(fresh, "s").close()
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        state = SharedState(fresh, "s")
+        for _ in range(40):
+            index = state.next_request("P1")
+            with lock:
+                got.append(index)
+        state.close()
+
+    threads = [threading.Thread(target=take) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got) == list(range(120))  # none twice, none skipped
+
+
+# ------------------------------------------------------------------ real proxies
+
+
+CONDITIONS = [{"name": "brisk", "profile": "gpt-5", "ttft": "150ms", "tps": 1500, "jitter": 0},
+              {"name": "leisurely", "profile": "gpt-5", "ttft": "300ms", "tps": 500, "jitter": 0}]
+
+
+def write_study(tmp: Path) -> Path:
+    path = tmp / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "hosted-pg", "seed": 29, "unit": "conversation", "counterbalancing": "latin-square",
+        "participant_ids": "numbered", "conditions": CONDITIONS,
+        "page": {"model": "study-model", "max_tokens": 200, "tasks": ["Plan a dinner.", "Name a fruit."],
+                 "consent": "A short study.", "completion": {"code": "PGDONE"}}}))
+    return path
+
+
+class Instance(RetimerProxy):
+    def __init__(self, tmp: Path, study: Path, upstream: str, state: str, confdir: Path) -> None:
+        super().__init__(tmp, "--upstream", upstream, "--study-state", state, "--quiet",
+                         confdir=confdir, env={**os.environ, "OPENAI_API_KEY": KEY})
+        self.args = ["study", str(study), *self.args]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeLLM]:
+    with FakeLLM(make_openai_stream(REPLY), make_anthropic_stream(REPLY), bursts=1) as f:  # at once: never the pace
+        yield f
+
+
+def records(*instances: RetimerProxy) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for proxy in instances:
+        if proxy.log_path.exists():
+            out += [json.loads(x) for x in proxy.log_path.read_text().splitlines() if x.strip()]
+    return out
+
+
+def test_the_database_going_away_costs_no_stream_and_no_acknowledged_rating(
+        tmp_path: Path, fake: FakeLLM) -> None:
+    with Postgres() as server:
+        study = write_study(tmp_path)
+        proxy = Instance(tmp_path / "a", study, fake.url, server.url, tmp_path / "conf")
+        with proxy, httpx.Client(base_url=proxy.url, timeout=30) as c:
+            c.get("/study/?participant=P1")
+            assert c.post("/study/api/consent", json={}).status_code == 200
+            r = c.post("/study/api/chat", json={"text": "hello"})
+            turn = r.headers["x-study-turn"]
+            deadline = time.monotonic() + 10  # the turn's end is written once the stream is over
+            while c.get("/study/api/state").json()["turns"][-1]["status"] != "done":
+                assert time.monotonic() < deadline, "the turn never finished"
+                time.sleep(0.05)
+            headed = {"X-Retimer-Participant": "P2"}
+
+            def body(text: str) -> dict[str, Any]:  # a conversation of its own each
+                return {"model": "m", "stream": True, "messages": [{"role": "user", "content": text}]}
+
+            assert c.post("/v1/chat/completions", json=body("q0"), headers=headed).status_code == 200
+            server.stop("immediate")  # the database goes away mid-study
+            rated = c.post("/study/api/rate", json={"turn": turn, "scores": {"speed": 5, "quality": 5}})
+            during = c.post("/v1/chat/completions", json=body("q1"), headers=headed)
+            state = c.get("/study/api/state")
+            server.start()
+            time.sleep(2.2)  # RETRY_S: then the next call reconnects
+            again = c.post("/study/api/rate", json={"turn": turn, "scores": {"speed": 5, "quality": 5}})
+            after = c.post("/v1/chat/completions", json=body("q2"), headers=headed)
+            time.sleep(0.3)
+            lines = records(proxy)
+            err = proxy.stderr()
+    assert rated.status_code == 503 and "briefly unavailable" in rated.json()["error"]
+    assert state.status_code == 503
+    assert during.status_code == 200 and "boil" in during.text  # the stream still passed
+    assert again.status_code == 200 and after.status_code == 200
+    streams = [x for x in lines if "type" not in x and x["participant"] == "P2"]
+    assert [(s["unit"], s.get("study_error", "")[:17]) for s in streams] == [
+        (0, ""), (None, "state unavailable"), (1, "")]
+    assert streams[1]["profile"] == "passthrough" and streams[1]["condition"] is None
+    ratings = [x for x in lines if x.get("type") == "rating"]
+    assert len(ratings) == 1 and ratings[0]["stream"] == turn  # acknowledged once, stored once
+    assert "the study's state is unavailable" in err and "Traceback" not in err
+
+
+PARTICIPANTS = 40
+AT_ONCE = 8  # browser contexts at once: participants overlap as they would online
+
+
+def rated(number: int, task: int) -> tuple[int, int]:
+    """Participant `number`'s (speed, quality) for a task: spread over the scale, blind to the
+    condition (a participant cannot see it)."""
+    return 1 + (number * 3 + task * 5) % 7, 2 + (number + task) % 5
+
+
+async def participant(browser: Any, url: str, pid: str) -> dict[str, Any]:
+    """One participant's session on the page, as a person would go through it."""
+    context = await browser.new_context()
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    await page.goto(f"{url}/study/?PROLIFIC_PID={pid}")
+    await page.click("#agree")
+    for task, message in enumerate(["What should I cook?", "Name a fruit, please."]):
+        await page.wait_for_selector(f"text=Task {task + 1} of 2")
+        await page.wait_for_selector("#text:not([disabled])")
+        await page.fill("#text", message)
+        await page.keyboard.press("Enter")
+        await page.wait_for_selector("#rate", timeout=30000)
+        number = int(pid[1:])
+        speed, quality = rated(number, task)
+        await page.locator(f'#rate input[name="speed"][value="{speed}"]').check(force=True)
+        await page.locator(f'#rate input[name="quality"][value="{quality}"]').check(force=True)
+        await page.click("#save")
+        await page.wait_for_selector("#rate", state="detached")
+        await page.click("#next")
+    await page.wait_for_selector("#code")
+    code = await page.locator("#code").inner_text()
+    await context.close()
+    return {"participant": pid, "code": code, "errors": errors}
+
+
+async def run_participants(url: str, ids: list[str]) -> list[dict[str, Any]]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(
+            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
+            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"])
+        gate = asyncio.Semaphore(AT_ONCE)
+
+        async def one(pid: str) -> dict[str, Any]:
+            async with gate:
+                return await participant(browser, url, pid)
+
+        try:
+            return await asyncio.gather(*(one(p) for p in ids))
+        finally:
+            await browser.close()
+
+
+def test_forty_participants_through_two_instances_behind_haproxy(
+        tmp_path: Path, fake: FakeLLM, fresh: str) -> None:
+    study = write_study(tmp_path)
+    design, profiles = load_study(str(study))
+    conf = tmp_path / "conf"  # one confdir: one CA and one cookie key for both instances
+    a = Instance(tmp_path / "a", study, fake.url, fresh, conf)
+    b = Instance(tmp_path / "b", study, fake.url, fresh, conf)
+    ids = [f"P{i}" for i in range(1, PARTICIPANTS + 1)]
+    with a, b, HAProxy(tmp_path / "lb", {"a": a.port, "b": b.port}) as lb:
+        sessions = asyncio.run(run_participants(lb.url, ids))
+        time.sleep(0.5)
+        lines_a, lines_b = records(a), records(b)
+    assert [s["errors"] for s in sessions] == [[]] * PARTICIPANTS
+    assert [s["code"] for s in sessions] == ["PGDONE"] * PARTICIPANTS
+    lines = lines_a + lines_b
+    streams = [x for x in lines if "type" not in x]
+    assert [x for x in lines_a if "type" not in x] and [x for x in lines_b if "type" not in x]
+    assert len(streams) == 2 * PARTICIPANTS and {s["outcome"] for s in streams} == {"complete"}
+    for pid in ids:  # each participant's row of the square, in order, whichever instance served
+        mine = sorted((s for s in streams if s["participant"] == pid), key=lambda s: s["unit"])
+        assert [s["unit"] for s in mine] == [0, 1]
+        assert [s["condition"] for s in mine] == [design.condition(pid, u).name for u in (0, 1)]
+        for s in mine:  # paced to its condition
+            assert s["target"]["ttft_ms"] == pytest.approx(profiles[s["condition"]].ttft.p50 * 1000)
+    ratings = [x for x in lines if x.get("type") == "rating"]
+    assert Counter((r["participant"], r["task"]) for r in ratings) == Counter(
+        {(p, t): 1 for p in ids for t in (0, 1)})  # every rating stored once
+    by_id = {s["id"]: s for s in streams}
+    for r in ratings:
+        assert by_id[r["stream"]]["participant"] == r["participant"]
+        number = int(r["participant"][1:])
+        assert (r["condition"], r["speed"], r["quality"]) == (
+            by_id[r["stream"]]["condition"], *rated(number, r["task"]))
+    finished = [x["participant"] for x in lines if x.get("event") == "finished"]
+    assert sorted(finished) == sorted(ids)
+    with psycopg.connect(fresh) as conn:
+        kept = conn.execute("SELECT COUNT(*) FROM page_turns WHERE rated = 1").fetchone()
+    assert kept == (2 * PARTICIPANTS,)
+    status = run_cli("study", str(study), "--status", str(a.log_path), str(b.log_path))
+    assert status.stdout.splitlines()[0] == (
+        f"study hosted-pg: {PARTICIPANTS} participants started, {PARTICIPANTS} finished; "
+        f"{2 * PARTICIPANTS} units, {2 * PARTICIPANTS} ratings")
+    assert "balance: every unit has the condition the design gives it" in status.stdout
+    done = run_cli("study", "analyze", str(a.log_path), str(b.log_path), "--study", str(study),
+                   "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)  # the real logs, analysed: a Latin square's model
+    bound = sum(1 for s in streams if s["upstream_bound"])  # the upstream set the pace: left out
+    assert figures["rated_responses"] == 2 * PARTICIPANTS - bound
+    assert figures["excluded"].get("responses the upstream paced (upstream-bound)", 0) == bound
+    assert figures["conditions"] == ["brisk", "leisurely"]
+    assert [m["target_ttft_ms"] for m in figures["manipulation"]] == [
+        pytest.approx(profiles[c].ttft.p50 * 1000) for c in ("brisk", "leisurely")]
+    speed = next(c for c in figures["comparisons"] if c["scale"] == "speed")
+    assert speed["test"] == "mixed-model" and speed["ci"][0] < speed["estimate"] < speed["ci"][1]
