@@ -337,21 +337,43 @@ def terminal_interrupt() -> bool:
         return False
 
 
+class _Forwarder:
+    """The SIGINT/SIGTERM/SIGHUP handler of `retimer run`: passes each on to the command. It is
+    installed before the command is spawned, as a signal in between would otherwise be lost
+    (SIGTERM's default kills retimer alone and the command runs on); one that comes before the
+    command exists is kept and delivered as soon as it does."""
+
+    def __init__(self) -> None:
+        self.proc: asyncio.subprocess.Process | None = None
+        self.pending: list[int] = []
+
+    def __call__(self, sig: int) -> None:
+        if sig == signal.SIGINT and terminal_interrupt():
+            return  # the terminal's Ctrl-C went to the command too (it exists by then but for
+            # the microseconds before the fork: forwarding it would most likely double it)
+        if self.proc is None:
+            self.pending.append(sig)
+        else:
+            self._send(sig)
+
+    def attach(self, proc: asyncio.subprocess.Process) -> None:
+        """The command was spawned: forward to it from now on, and first what came before."""
+        self.proc = proc
+        pending, self.pending = self.pending, []
+        for sig in pending:
+            self._send(sig)
+
+    def _send(self, sig: int) -> None:
+        assert self.proc is not None
+        with contextlib.suppress(ProcessLookupError):  # it has exited already
+            self.proc.send_signal(sig)
+
+
 async def run_child(command: list[str], env: dict[str, str]) -> int:
     """Run `command` with `env` (stdio inherited); forward SIGINT/SIGTERM/SIGHUP; its exit code,
     128+N when a signal N ended it (as shells report it)."""
-    try:
-        proc = await asyncio.create_subprocess_exec(*command, env=env)
-    except OSError as e:
-        fail(f"run: cannot run {command[0]}: {e.strerror}", 126)
     loop = asyncio.get_running_loop()
-
-    def forward(sig: int) -> None:
-        if sig == signal.SIGINT and terminal_interrupt():
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(sig)
-
+    forward = _Forwarder()
     handled: list[int] = []
     hup = getattr(signal, "SIGHUP", None)  # Windows has none
     for sig in (signal.SIGINT, signal.SIGTERM, *([hup] if hup is not None else [])):
@@ -361,6 +383,11 @@ async def run_child(command: list[str], env: dict[str, str]) -> int:
         except (NotImplementedError, RuntimeError, ValueError):  # pragma: no cover - Windows
             pass
     try:
+        try:
+            proc = await asyncio.create_subprocess_exec(*command, env=env)
+        except OSError as e:
+            fail(f"run: cannot run {command[0]}: {e.strerror}", 126)
+        forward.attach(proc)
         code = await proc.wait()
     finally:
         for handled_sig in handled:

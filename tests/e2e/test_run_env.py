@@ -8,6 +8,7 @@ see that server's own certificate and reject it, which shows it was tunnelled, n
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -286,6 +288,69 @@ def test_exit_codes_and_signals(tmp_path: Path, fake: FakeLLM) -> None:
         proc.wait()
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", run.port), timeout=1).close()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_signal_as_the_command_starts_ends_the_command(tmp_path: Path, fake: FakeLLM) -> None:
+    """A SIGTERM that reaches retimer the moment its command starts (the command sends it
+    itself, first thing) ends the command, and retimer exits 143: the forwarders are in place
+    before the spawn. Installed after it, the signal killed retimer alone and the command ran
+    on (a race a loaded machine loses): repeated to make it show."""
+    run = Run(tmp_path, fake)
+    for i in range(5):
+        pidfile, err = tmp_path / f"child{i}.pid", tmp_path / f"stderr{i}"
+        script = f"echo $$ > {shlex.quote(str(pidfile))}; kill -TERM $PPID; exec sleep 30"
+        with err.open("w") as errors:
+            proc = subprocess.Popen(run.argv("sh", "-c", script), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.DEVNULL, stderr=errors, cwd=tmp_path)
+        try:
+            code = proc.wait(60)
+        finally:
+            proc.kill()
+            proc.wait()
+        child = int(pidfile.read_text())
+        orphan = _alive(child)
+        if orphan:
+            os.kill(child, signal.SIGKILL)
+        assert (i, code, orphan) == (i, 128 + signal.SIGTERM, False), err.read_text()
+
+
+@pytest.mark.parametrize("moment", ["before", "after"])
+def test_run_child_forwards_a_signal_that_comes_while_it_spawns(
+        monkeypatch: pytest.MonkeyPatch, moment: str) -> None:
+    """run_child in this process, with a SIGTERM sent to it just before the command is spawned
+    (kept, then delivered once it exists) or just after (before run_child goes on): either ends
+    the command at once (143), and none falls through to the process's own handler."""
+    from retimer.cli import launch
+
+    spawn = asyncio.create_subprocess_exec
+
+    async def signalled_spawn(*args: str, **kwargs: Any) -> asyncio.subprocess.Process:
+        if moment == "before":
+            os.kill(os.getpid(), signal.SIGTERM)
+        proc = await spawn(*args, **kwargs)
+        if moment == "after":
+            os.kill(os.getpid(), signal.SIGTERM)
+        return proc
+
+    stray: list[int] = []
+    monkeypatch.setattr(launch.asyncio, "create_subprocess_exec", signalled_spawn)
+    previous = signal.signal(signal.SIGTERM, lambda sig, _frame: stray.append(sig))
+    try:
+        start = time.monotonic()
+        code = asyncio.run(launch.run_child(["sleep", "5"], dict(os.environ)))
+        took = time.monotonic() - start
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (code, stray) == (128 + signal.SIGTERM, [])
+    assert took < 4  # the signal ended it, not the end of its sleep
 
 
 def test_reuses_a_running_retimer(tmp_path: Path, fake: FakeLLM) -> None:
