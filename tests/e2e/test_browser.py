@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import statistics
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,32 +30,15 @@ from tests.support.browser_run import (
     token_curve,
 )
 from tests.support.proxy import RetimerProxy, run_cli
-from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM
 
 TTFT_MS, TPS = 600.0, 40.0
 PROFILE = ("--ttft", f"{TTFT_MS:g}ms", "--tps", f"{TPS:g}", "--jitter", "0")
 STREAMS = 3  # measured streams per browser; the TTFT check takes their median
-
-
-@pytest.fixture(scope="module")
-def site_server() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), tls=True) as f:
-        f.pages["/"] = PAGE
-        yield f
-
-
-@pytest.fixture
-def fake(site_server: FakeLLM) -> FakeLLM:
-    site_server.clear()
-    return site_server
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory, site_server: FakeLLM) -> Iterator[RetimerProxy]:
-    tmp = tmp_path_factory.mktemp("proxy")
-    with RetimerProxy(tmp, *PROFILE, *INTERCEPT, upstream_ca=site_server.ca_path) as p:
-        yield p
+pytestmark = [  # the fake LLM site (its requests forgotten before each test) and a proxy, per module
+    pytest.mark.fake_llm(openai=TEXT, tls=True, pages={"/": PAGE}, scope="module", clear=True),
+    pytest.mark.retimer_proxy(*PROFILE, *INTERCEPT, trust_fake=True, scope="module"),
+]
 
 
 def new_records(proxy: RetimerProxy, before: int, n: int) -> list[dict[str, Any]]:

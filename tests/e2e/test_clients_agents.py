@@ -37,7 +37,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -199,21 +198,7 @@ AGENTS = {a.name: a for a in (
 )}
 
 
-@pytest.fixture(scope="module")
-def script() -> TaskScript:
-    return TaskScript()
-
-
-@pytest.fixture(scope="module")
-def fake(script: TaskScript) -> Iterator[FakeAPI]:
-    with FakeAPI(script, bursts=2) as api:
-        yield api
-
-
-@pytest.fixture(scope="module")
-def proxies(tmp_path_factory: pytest.TempPathFactory, fake: FakeAPI) -> Iterator[Proxies]:
-    with Proxies(tmp_path_factory.mktemp("retimer"), fake) as p:
-        yield p
+pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
 
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", "reverse")]
@@ -221,14 +206,14 @@ CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("name", "mode"), CASES)
-def test_agent_through_retimer(name: str, mode: str, fake: FakeAPI, script: TaskScript,
-                               proxies: Proxies, tmp_path: Path) -> None:
-    check_agent(AGENTS[name], mode, fake, script, proxies, tmp_path)
+def test_agent_through_retimer(name: str, mode: str, fake_api: FakeAPI, agent_proxies: Proxies,
+                               tmp_path: Path) -> None:
+    check_agent(AGENTS[name], mode, fake_api, fake_api.script, agent_proxies, tmp_path)
 
 
 @pytest.mark.timeout(600)
-def test_codex_websocket_and_sse_take_the_same_time(fake: FakeAPI, script: TaskScript,
-                                                    proxies: Proxies, tmp_path: Path) -> None:
+def test_codex_websocket_and_sse_take_the_same_time(fake_api: FakeAPI, agent_proxies: Proxies,
+                                                    tmp_path: Path) -> None:
     """The same task over Codex's two transports, paced: the same calls and tokens, so the same
     time. (Fails while WebSocket pacing counts Responses' closing events as tokens.)"""
     runs = {}
@@ -236,8 +221,8 @@ def test_codex_websocket_and_sse_take_the_same_time(fake: FakeAPI, script: TaskS
         for paced in (False, True):
             run = RESULTS.get((name, "forward", paced))
             if run is None:
-                run = run_agent(AGENTS[name], "forward", paced, fake, script, proxies,
-                           tmp_path / f"{name}-{paced}")
+                run = run_agent(AGENTS[name], "forward", paced, fake_api, fake_api.script,
+                                agent_proxies, tmp_path / f"{name}-{paced}")
             check_run(run, AGENTS[name])  # the task was done (record problems: the test above)
             runs[name, paced] = run
     grew = {n: runs[n, True].active - runs[n, False].active for n in ("codex-ws", "codex-sse")}

@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -141,21 +141,7 @@ AGENTS = {a.name: a for a in (
 )}
 
 
-@pytest.fixture(scope="module")
-def script() -> TaskScript:
-    return TaskScript()
-
-
-@pytest.fixture(scope="module")
-def fake(script: TaskScript) -> Iterator[FakeAPI]:
-    with FakeAPI(script, bursts=2) as api:
-        yield api
-
-
-@pytest.fixture(scope="module")
-def proxies(tmp_path_factory: pytest.TempPathFactory, fake: FakeAPI) -> Iterator[Proxies]:
-    with Proxies(tmp_path_factory.mktemp("retimer"), fake) as p:
-        yield p
+pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
 
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", "reverse")]
@@ -163,9 +149,9 @@ CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", 
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(("name", "mode"), CASES)
-def test_ide_agent_through_retimer(name: str, mode: str, fake: FakeAPI, script: TaskScript,
-                                   proxies: Proxies, tmp_path: Path) -> None:
-    check_agent(AGENTS[name], mode, fake, script, proxies, tmp_path)
+def test_ide_agent_through_retimer(name: str, mode: str, fake_api: FakeAPI, agent_proxies: Proxies,
+                                   tmp_path: Path) -> None:
+    check_agent(AGENTS[name], mode, fake_api, fake_api.script, agent_proxies, tmp_path)
 
 
 def test_ide_clients_are_installed_at_their_pins() -> None:
@@ -186,18 +172,19 @@ GAP = 0.2  # the fake's pause between the two halves of each reply in the WebSoc
 
 @pytest.mark.timeout(600)
 def test_copilot_websocket_session_records_the_upstreams_timing(
-        fake: FakeAPI, script: TaskScript, proxies: Proxies, tmp_path: Path) -> None:
+        fake_api: FakeAPI, agent_proxies: Proxies, tmp_path: Path) -> None:
     """A Copilot CLI session over WebSockets, paced, with the fake writing each reply in two
     halves 200 ms apart: every turn's record gives the fake's own timing as `upstream` (first to
     last token within 20 ms of 200 ms), not retimer's hold of the messages (before: seconds), and
     `retimer whatif` gives the session a different wait under each profile (before: every
     profile's row was the recording's)."""
     agent = AGENTS["copilot-ws"]
-    fake.burst_gap = GAP
+    fake_api.burst_gap = GAP
     try:
-        run = run_agent(agent, "forward", True, fake, script, proxies, tmp_path / "run")
+        run = run_agent(agent, "forward", True, fake_api, fake_api.script, agent_proxies,
+                        tmp_path / "run")
     finally:
-        fake.burst_gap = 0.0
+        fake_api.burst_gap = 0.0
     problems = check_run(run, agent)
     assert not problems, "\n".join(problems)
     turns = [r for r in run.records if r["emitted"]["tokens"]]

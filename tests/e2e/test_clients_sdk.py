@@ -139,16 +139,14 @@ class Script(AgentScript):
         return super().__call__(req)
 
 
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeAPI]:
-    script = Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"})
-    with FakeAPI(script, bursts=2) as api:
-        yield api
+pytestmark = pytest.mark.fake_api(
+    script=lambda: Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"}), bursts=2)
 
 
 @pytest.fixture(scope="module")
-def proxies(tmp_path_factory: pytest.TempPathFactory, fake: FakeAPI) -> Iterator[Proxies]:
-    p = Proxies(tmp_path_factory.mktemp("retimer"), fake)
+def sdk_proxies(tmp_path_factory: pytest.TempPathFactory, fake_api: FakeAPI) -> Iterator[Proxies]:
+    """The module's six proxies (forward, reverse, reverse-http; paced and passthrough)."""
+    p = Proxies(tmp_path_factory.mktemp("retimer"), fake_api)
     try:
         yield p
     finally:
@@ -282,11 +280,11 @@ CASES = [pytest.param(c, m, id=f"{c}-{m}") for c in CLIENTS for m in ("forward",
 
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("client", "mode"), CASES)
-def test_sdk_through_retimer(client: str, mode: str, fake: FakeAPI, proxies: Proxies,
+def test_sdk_through_retimer(client: str, mode: str, fake_api: FakeAPI, sdk_proxies: Proxies,
                              tmp_path: Path) -> None:
-    out0, rec0, llm0 = _run(client, mode, PASSTHROUGH, fake, proxies, tmp_path / "passthrough")
+    out0, rec0, llm0 = _run(client, mode, PASSTHROUGH, fake_api, sdk_proxies, tmp_path / "passthrough")
     timed0 = _check_run(client, mode, out0, rec0, llm0, paced=False)
-    out1, rec1, llm1 = _run(client, mode, PACED, fake, proxies, tmp_path / "paced")
+    out1, rec1, llm1 = _run(client, mode, PACED, fake_api, sdk_proxies, tmp_path / "paced")
     timed1 = _check_run(client, mode, out1, rec1, llm1, paced=True)
     predicted = _predicted(timed1, timed0)
     grew = _wall(out1) - _wall(out0)
@@ -302,7 +300,7 @@ def test_sdk_through_retimer(client: str, mode: str, fake: FakeAPI, proxies: Pro
         _check_passthrough_ws_records(client, rec0, llm0)
 
 
-def test_fakeapi_shapes_without_retimer(fake: FakeAPI) -> None:
+def test_fakeapi_shapes_without_retimer(fake_api: FakeAPI) -> None:
     """The fake API's other shapes (non-streaming answers, tool calls on every API, the Gemini
     JSON array, WebSocket tool calls, model lists) parse in the real SDKs, directly (no proxy),
     and its log holds what clients sent without their keys."""
@@ -313,8 +311,8 @@ def test_fakeapi_shapes_without_retimer(fake: FakeAPI) -> None:
     from google import genai
     from google.genai import types
 
-    fake.clear()
-    base, tool = fake.http_url, {"type": "object", "properties": {"city": {"type": "string"}}}
+    fake_api.clear()
+    base, tool = fake_api.http_url, {"type": "object", "properties": {"city": {"type": "string"}}}
     oa = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-secret-key", max_retries=0)
     chat = oa.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}],
                                       tools=[{"type": "function", "function": {"name": "get_weather", "parameters": tool}}])
@@ -361,7 +359,7 @@ def test_fakeapi_shapes_without_retimer(fake: FakeAPI) -> None:
     assert ol.generate(model="llama3.2", prompt="hi").response == ANSWER
     assert "llama3.2:latest" in [m.model for m in ol.list().models]
 
-    log = fake.requests
+    log = fake_api.requests
     assert {r.api for r in log} >= {"openai-chat", "openai-responses", "openai-responses-ws", "anthropic-messages",
                                     "gemini", "ollama-chat", "ollama-generate", "models"}
     assert log[0].body["messages"] == [{"role": "user", "content": "hi"}] and log[0].tools == ["get_weather"]

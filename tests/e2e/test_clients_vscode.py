@@ -285,10 +285,7 @@ def chat_once(browser: Any, server: CodeServer, group: dict[str, Any], shot: Pat
 # --------------------------------------------------------------------------------------------
 # fixtures
 # --------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeAPI]:
-    with FakeAPI(ChatScript(), bursts=2) as api:
-        yield api
+pytestmark = pytest.mark.fake_api(script=ChatScript, bursts=2)
 
 
 @dataclass
@@ -298,22 +295,23 @@ class Proxies:
 
 
 @pytest.fixture(scope="module")
-def proxies(tmp_path_factory: pytest.TempPathFactory, fake: FakeAPI) -> Iterator[Proxies]:
+def vscode_proxies(tmp_path_factory: pytest.TempPathFactory, fake_api: FakeAPI) -> Iterator[Proxies]:
+    """The paced reverse and forward proxies Copilot Chat's cases share."""
     tmp = tmp_path_factory.mktemp("retimer")
-    reverse = RetimerProxy(tmp / "reverse", "--quiet", *PACED, "--upstream", fake.url,
-                           upstream_ca=fake.ca_path)
+    reverse = RetimerProxy(tmp / "reverse", "--quiet", *PACED, "--upstream", fake_api.url,
+                           upstream_ca=fake_api.ca_path)
     forward = RetimerProxy(tmp / "forward", "--quiet", *PACED, "--set", f"scripts={UPSTREAM_MAP}",
-                           upstream_ca=fake.ca_path)
+                           upstream_ca=fake_api.ca_path)
     with pytest.MonkeyPatch.context() as mp:  # read by upstream_map.py in the forward proxy
-        mp.setenv("FAKEAPI_PORT", str(fake.port))
-        mp.setenv("FAKEAPI_HTTP_PORT", str(fake.http_port))
+        mp.setenv("FAKEAPI_PORT", str(fake_api.port))
+        mp.setenv("FAKEAPI_HTTP_PORT", str(fake_api.http_port))
         with reverse, forward:
             yield Proxies(reverse, forward)
 
 
 @pytest.fixture(scope="module")
-def code_server(tmp_path_factory: pytest.TempPathFactory, proxies: Proxies) -> Iterator[CodeServer]:
-    server = CodeServer(tmp_path_factory.mktemp("code-server"), proxies.forward)
+def code_server(tmp_path_factory: pytest.TempPathFactory, vscode_proxies: Proxies) -> Iterator[CodeServer]:
+    server = CodeServer(tmp_path_factory.mktemp("code-server"), vscode_proxies.forward)
     try:
         yield server.start()
     finally:
@@ -403,21 +401,21 @@ def run_case(browser: Any, server: CodeServer, fake: FakeAPI, proxies: Proxies, 
 
 
 @pytest.mark.timeout(300)
-def test_copilot_chat_reverse_chat_completions(browser: Any, code_server: CodeServer, fake: FakeAPI,
-                                               proxies: Proxies, tmp_path: Path) -> None:
-    group = model_group("Reverse", "chat-completions", proxies.reverse.url + "/v1")
-    run_case(browser, code_server, fake, proxies, "reverse", "openai-chat", group, tmp_path)
+def test_copilot_chat_reverse_chat_completions(browser: Any, code_server: CodeServer, fake_api: FakeAPI,
+                                               vscode_proxies: Proxies, tmp_path: Path) -> None:
+    group = model_group("Reverse", "chat-completions", vscode_proxies.reverse.url + "/v1")
+    run_case(browser, code_server, fake_api, vscode_proxies, "reverse", "openai-chat", group, tmp_path)
 
 
 @pytest.mark.timeout(300)
-def test_copilot_chat_reverse_anthropic_messages(browser: Any, code_server: CodeServer, fake: FakeAPI,
-                                                 proxies: Proxies, tmp_path: Path) -> None:
-    group = model_group("Messages", "messages", proxies.reverse.url + "/v1/messages")
-    run_case(browser, code_server, fake, proxies, "reverse", "anthropic-messages", group, tmp_path)
+def test_copilot_chat_reverse_anthropic_messages(browser: Any, code_server: CodeServer, fake_api: FakeAPI,
+                                                 vscode_proxies: Proxies, tmp_path: Path) -> None:
+    group = model_group("Messages", "messages", vscode_proxies.reverse.url + "/v1/messages")
+    run_case(browser, code_server, fake_api, vscode_proxies, "reverse", "anthropic-messages", group, tmp_path)
 
 
 @pytest.mark.timeout(300)
-def test_copilot_chat_forward_retimer_run(browser: Any, code_server: CodeServer, fake: FakeAPI,
-                                          proxies: Proxies, tmp_path: Path) -> None:
+def test_copilot_chat_forward_retimer_run(browser: Any, code_server: CodeServer, fake_api: FakeAPI,
+                                          vscode_proxies: Proxies, tmp_path: Path) -> None:
     group = model_group("Forward", "chat-completions", "https://api.openai.com/v1")
-    run_case(browser, code_server, fake, proxies, "forward", "openai-chat", group, tmp_path)
+    run_case(browser, code_server, fake_api, vscode_proxies, "forward", "openai-chat", group, tmp_path)

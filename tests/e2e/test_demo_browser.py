@@ -10,7 +10,7 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,18 +74,6 @@ def short_md(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
-            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"])
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def wait_all_done(page: Any, timeout_s: float, condition: str = ALL_DONE_JS) -> None:

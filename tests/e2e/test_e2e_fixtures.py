@@ -6,8 +6,6 @@ reasons, usage) must equal what they build from the recording itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anthropic
 import httpx
 import openai
@@ -20,18 +18,8 @@ from tests.support.upstream import FakeLLM
 
 # a fast profile with its jitter and multi-token chunking left on
 PROFILE = ("--profile", "groq", "--tps", "3000", "--ttft", "20ms")
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(bursts=4) as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory, fake: FakeLLM) -> Iterator[RetimerProxy]:
-    with RetimerProxy(tmp_path_factory.mktemp("proxy"), *PROFILE) as p:
-        yield p
+pytestmark = [pytest.mark.fake_llm(bursts=4, scope="module"),
+              pytest.mark.retimer_proxy(*PROFILE, scope="module")]
 
 
 def _outcome(view, data: bytes) -> object:

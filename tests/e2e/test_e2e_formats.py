@@ -3,8 +3,6 @@ an LLM host's unknown streams are paced whole, byte for byte."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -15,18 +13,8 @@ from tests.support.proxy import RetimerProxy
 from tests.support.upstream import FakeLLM
 
 PROFILE = ("--profile", "gpt-5", "--tps", "2000", "--ttft", "250ms")
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(bursts=3) as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory, fake: FakeLLM) -> Iterator[RetimerProxy]:
-    with RetimerProxy(tmp_path_factory.mktemp("proxy"), *PROFILE) as p:
-        yield p
+pytestmark = [pytest.mark.fake_llm(bursts=3, scope="module"),
+              pytest.mark.retimer_proxy(*PROFILE, scope="module")]
 
 
 def _post(proxy: RetimerProxy, fake: FakeLLM, path: str, fixture: str, **headers: str) -> bytes:

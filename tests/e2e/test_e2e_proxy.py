@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import ssl
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -18,8 +17,9 @@ import httpx
 import openai
 import pytest
 
+from tests.support.fixtures import intercept_tls_fake
 from tests.support.proxy import RetimerProxy
-from tests.support.stream_bodies import load_fixture, make_anthropic_stream, make_openai_stream
+from tests.support.stream_bodies import load_fixture
 from tests.support.upstream import FakeLLM
 
 TEXT = (
@@ -27,32 +27,20 @@ TEXT = (
     "Naïve café owners in Zürich serve 12,345 crêpes — 東京 too! "
 ) * 3
 PACED = ("--ttft", "300ms", "--tps", "200", "--jitter", "0", "--profile", "gpt-5")
-
-
-@pytest.fixture(params=["http", "https"])
-def scheme(request: pytest.FixtureRequest) -> str:
-    return request.param
-
-
-@pytest.fixture
-def fake(scheme: str) -> Iterator[FakeLLM]:
-    with FakeLLM(
-        make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=3, tls=scheme == "https"
-    ) as f:
-        yield f
-
-
-@pytest.fixture
-def proxy(tmp_path: Path, fake: FakeLLM) -> Iterator[RetimerProxy]:
-    extra = ("--intercept", r"^127\.0\.0\.1:") if fake.tls else ()
-    with RetimerProxy(tmp_path, *PACED, *extra, upstream_ca=fake.ca_path) as p:
-        yield p
+pytestmark = [  # a fake and a proxy per test; the proxy intercepts the fake's TLS when it has it
+    pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=3),
+    pytest.mark.retimer_proxy(*PACED, intercept_tls_fake, trust_fake=True),
+]
+SCHEMES = pytest.mark.parametrize("fake", [{"tls": False}, {"tls": True}], ids=["http", "https"],
+                                  indirect=True)
+HTTP = pytest.mark.parametrize("fake", [{"tls": False}], ids=["http"], indirect=True)
 
 
 def _verify(proxy: RetimerProxy) -> ssl.SSLContext | bool:
     return proxy.client_ssl_context() if proxy.ca_path.exists() else True
 
 
+@SCHEMES
 def test_openai_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, proxy: RetimerProxy):
     client = openai.OpenAI(
         base_url=fake.url + "/v1",
@@ -82,6 +70,7 @@ def test_openai_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, proxy: 
     assert "sk-test-secret-key" not in log_text
 
 
+@SCHEMES
 def test_anthropic_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, proxy: RetimerProxy):
     client = anthropic.Anthropic(
         base_url=fake.url,
@@ -103,6 +92,7 @@ def test_anthropic_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, prox
     assert "sk-ant-test-secret" not in proxy.log_path.read_text() + proxy.stderr()
 
 
+@SCHEMES
 def test_non_llm_request_passes_untouched(fake: FakeLLM, proxy: RetimerProxy):
     with httpx.Client(proxy=proxy.url, verify=_verify(proxy)) as c:
         r = c.get(fake.url + "/v1/models?x=1")
@@ -113,7 +103,7 @@ def test_non_llm_request_passes_untouched(fake: FakeLLM, proxy: RetimerProxy):
     assert proxy.records(0, timeout=0) == []
 
 
-@pytest.mark.parametrize("scheme", ["http"])
+@HTTP
 def test_passthrough_profile_is_byte_identical(tmp_path: Path, fake: FakeLLM):
     body = load_fixture("openai-chat/gpt4o-parallel-tool-calls-usage.sse")
     fake.openai_body = body
@@ -127,7 +117,7 @@ def test_passthrough_profile_is_byte_identical(tmp_path: Path, fake: FakeLLM):
     assert record["upstream_bound"] is False
 
 
-@pytest.mark.parametrize("scheme", ["http"])
+@HTTP
 @pytest.mark.parametrize("fixture", ["anthropic/llm-anthropic-sonnet45-thinking-signature.sse",
                                      "openai-chat/gpt4o-two-tool-calls-obfuscation.sse"])
 def test_passthrough_keeps_the_encoded_body_and_counts_what_pacing_counts(
@@ -162,7 +152,7 @@ def test_passthrough_keeps_the_encoded_body_and_counts_what_pacing_counts(
     assert passed["emitted"]["ttft_ms"] <= paced["emitted"]["ttft_ms"]
 
 
-@pytest.mark.parametrize("scheme", ["http"])
+@HTTP
 @pytest.mark.parametrize(
     "fixture",
     [
@@ -202,6 +192,7 @@ def test_gzip_fixture_streams_keep_every_channel(tmp_path: Path, fake: FakeLLM, 
     assert sum(record["emitted"]["channels"].values()) == record["upstream"]["tokens"]
 
 
+@SCHEMES
 def test_records_are_json_lines(fake: FakeLLM, proxy: RetimerProxy):
     with httpx.Client(proxy=proxy.url, verify=_verify(proxy)) as c:
         for _ in range(2):

@@ -4,8 +4,6 @@ re-timed event stream."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import httpx
 import pytest
 
@@ -18,18 +16,8 @@ from tests.support.upstream import FakeLLM
 PROFILE = ("--profile", "gpt-5", "--tps", "3000", "--ttft", "150ms")
 
 CTYPES = {".sse": "text/event-stream", ".txt": "text/plain", ".bin": "application/vnd.amazon.eventstream"}
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(bursts=3) as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory, fake: FakeLLM) -> Iterator[RetimerProxy]:
-    with RetimerProxy(tmp_path_factory.mktemp("proxy"), *PROFILE) as p:
-        yield p
+pytestmark = [pytest.mark.fake_llm(bursts=3, scope="module"),
+              pytest.mark.retimer_proxy(*PROFILE, scope="module")]
 
 
 def _channels(host: str, path: str, ctype: str, data: bytes) -> tuple[str, dict[str, str]]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import random
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -22,7 +21,7 @@ from retimer.wire.encoding import decoder_for
 from retimer.wire.tokenizer import split_tokens
 from tests.support.proxy import RetimerProxy
 from tests.support.sse_client import read_until_error, sse_text
-from tests.support.stream_bodies import BodyEncoder, make_openai_stream
+from tests.support.stream_bodies import BodyEncoder
 from tests.support.upstream import FakeLLM
 
 GOOD = ["gzip", "gzip-members", "deflate", "deflate-raw", "br", "zstd-frames"]
@@ -99,19 +98,11 @@ def test_garbage_after_the_last_member_raises() -> None:
 
 # -- through the proxy ---------------------------------------------------------------------
 WORDS = " ".join(f"w{i}" for i in range(300))
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(WORDS, words_per_chunk=3), bursts=4, burst_gap=0.05) as f:
-        yield f
-
-
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetimerProxy]:
-    with RetimerProxy(tmp_path_factory.mktemp("enc"), "--profile", "gpt-5", "--ttft", "50ms",
-                      "--tps", "400", "--jitter", "0") as p:
-        yield p
+pytestmark = [  # the module's fake and proxy, shared by the tests through the proxy
+    pytest.mark.fake_llm(openai=WORDS, words_per_chunk=3, bursts=4, burst_gap=0.05, scope="module"),
+    pytest.mark.retimer_proxy("--profile", "gpt-5", "--ttft", "50ms", "--tps", "400", "--jitter", "0",
+                              scope="module"),
+]
 
 
 def _fetch(proxy: RetimerProxy, fake: FakeLLM, kind: str) -> tuple[httpx.Response, bytes,

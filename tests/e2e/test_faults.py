@@ -19,7 +19,6 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +30,14 @@ import pytest
 from tests.support.inproc_proxy import InProcessProxy
 from tests.support.proxy import RetimerProxy
 from tests.support.sse_client import read_until_error, sse_text
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream, split_events
+from tests.support.stream_bodies import make_openai_stream, split_events
 from tests.support.upstream import FakeLLM
 
 WORDS = " ".join(f"w{i}" for i in range(600))
 SLOW = ("--profile", "gpt-5", "--ttft", "50ms", "--tps", "40", "--jitter", "0")
 TLS_PROXY = ("--intercept", r"^127\.0\.0\.1:", "--set", "connection_strategy=lazy")
+pytestmark = pytest.mark.fake_llm(openai=WORDS, anthropic=WORDS, words_per_chunk=2, per_event_gap=0.02)
+TLS_FAKE = pytest.mark.fake_llm(openai=WORDS, words_per_chunk=2, per_event_gap=0.02, tls=True)
 
 
 class H2Only(ssl.SSLContext):
@@ -53,17 +54,6 @@ def h2_client(proxy_url: str, ca: Path) -> httpx.Client:
     return httpx.Client(proxy=proxy_url, verify=ctx, http2=True)
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(WORDS, words_per_chunk=2),
-                 make_anthropic_stream(WORDS, words_per_chunk=2), per_event_gap=0.02) as f:
-        yield f
-
-
-@pytest.fixture
-def tls_fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(WORDS, words_per_chunk=2), per_event_gap=0.02, tls=True) as f:
-        yield f
 
 
 class PacerWatch:
@@ -165,13 +155,14 @@ def test_upstream_reset_mid_event_sends_the_partial_event_then_truncates(
     assert sse_text(got) == sse_text(truncated) != ""
 
 
-def test_upstream_reset_over_h2_is_a_stream_reset(tmp_path: Path, tls_fake: FakeLLM):
+@TLS_FAKE
+def test_upstream_reset_over_h2_is_a_stream_reset(tmp_path: Path, fake: FakeLLM):
     n = 30
-    sent = split_events(tls_fake.openai_body)[:n]
-    with RetimerProxy(tmp_path, *SLOW, *TLS_PROXY, upstream_ca=tls_fake.ca_path) as proxy:
+    sent = split_events(fake.openai_body)[:n]
+    with RetimerProxy(tmp_path, *SLOW, *TLS_PROXY, upstream_ca=fake.ca_path) as proxy:
         with h2_client(proxy.url, proxy.ca_path) as c:
             headers = {"x-fake-abort-after": str(n)}
-            with c.stream("POST", tls_fake.url + "/v1/chat/completions", json={},
+            with c.stream("POST", fake.url + "/v1/chat/completions", json={},
                           headers=headers) as r:
                 assert r.http_version == "HTTP/2"
                 got, error = read_until_error(r)

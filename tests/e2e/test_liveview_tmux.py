@@ -7,7 +7,6 @@ longer fit, and after Ctrl-C one copy of the table and its summary, nothing doub
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,7 @@ from tests.support.proxy import free_port
 from tests.support.tmux import EXITED, TITLE, Tmux, _records, _send, _table, _wait_listening
 from tests.support.upstream import FakeLLM
 
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(bursts=3, burst_gap=0.05) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(bursts=3, burst_gap=0.05)
 
 
 @pytest.mark.parametrize(("width", "height", "streams"), [(80, 24, 25), (200, 40, 6)])

@@ -17,7 +17,6 @@ import multiprocessing
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from tests.support.upstream import FakeLLM
 
 TEXT = "Two instances behind one balancer; each connection lands on one of them. " * 2
 PACED = ("--ttft", "200ms", "--tps", "60", "--jitter", "0", "--profile", "gpt-5")
+pytestmark = pytest.mark.fake_llm(openai=TEXT, bursts=3, tls=True)  # the forward-proxy tests' upstream
 
 
 def _both(proxies: list[RetimerProxy]) -> list[RetimerProxy]:
@@ -68,18 +68,14 @@ def _retimed(record: dict) -> bool:
             and record["emitted"]["tokens"] == record["upstream"]["tokens"] > 20)
 
 
-@pytest.fixture
-def tls_fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), bursts=3, tls=True) as f:
-        yield f
 
 
 def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
-    tmp_path: Path, tls_fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, fake: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     shared = tmp_path / "confdir"  # empty: both instances find no CA
     a, b = (RetimerProxy(tmp_path / name, *PACED, "--intercept", r"^127\.0\.0\.1:", "--quiet",
-                         upstream_ca=tls_fake.ca_path, confdir=shared) for name in "ab")
+                         upstream_ca=fake.ca_path, confdir=shared) for name in "ab")
     _both([a, b])
     try:
         with HAProxy(tmp_path / "haproxy", {"a": a.port, "b": b.port}) as balancer:
@@ -89,7 +85,7 @@ def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
 
             def stream(i: int) -> str:
                 return _chat(openai.OpenAI(  # the proxy from the environment; trusts the one shared CA
-                    base_url=tls_fake.url + "/v1", api_key="sk-balanced-secret",
+                    base_url=fake.url + "/v1", api_key="sk-balanced-secret",
                     http_client=openai.DefaultHttpxClient(verify=a.client_ssl_context())), i)
 
             with ThreadPoolExecutor(6) as pool:
@@ -126,7 +122,7 @@ def test_forward_proxy_clients_through_haproxy_are_retimed_by_both_instances(
 
 
 def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_them(
-    tmp_path: Path, tls_fake: FakeLLM
+    tmp_path: Path, fake: FakeLLM
 ) -> None:
     """Instances run with `--proxy-auth`: a TCP balancer passes the client's credentials (in its
     CONNECT) on as they came, so a client with them gets re-timed streams from both instances and
@@ -135,7 +131,7 @@ def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_th
     password = "pw-Bal-7731-never-logged"
     auth = f"alice:{password}"
     a, b = (RetimerProxy(tmp_path / name, *PACED, "--intercept", r"^127\.0\.0\.1:", "--quiet",
-                         "--proxy-auth", auth, upstream_ca=tls_fake.ca_path, confdir=tmp_path / "confdir")
+                         "--proxy-auth", auth, upstream_ca=fake.ca_path, confdir=tmp_path / "confdir")
             for name in "ab")
     _both([a, b])
     try:
@@ -147,7 +143,7 @@ def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_th
 
             def stream(i: int, credentials: str) -> str:
                 client = openai.OpenAI(
-                    base_url=tls_fake.url + "/v1", api_key="sk-balanced-secret", max_retries=0,
+                    base_url=fake.url + "/v1", api_key="sk-balanced-secret", max_retries=0,
                     http_client=openai.DefaultHttpxClient(proxy=f"http://{credentials}{host}",
                                                           verify=a.client_ssl_context()))
                 return _chat(client, i)
@@ -166,7 +162,7 @@ def test_proxy_auth_through_haproxy_credentials_pass_and_the_http_check_sends_th
     from_a, from_b = _records(a.log_path), _records(b.log_path)
     assert from_a and from_b and len(from_a) + len(from_b) == 8  # both served; the denied are no streams
     assert all(_retimed(r) for r in from_a + from_b)
-    assert len(tls_fake.requests) == 8 and all("proxy-authorization" not in r.headers for r in tls_fake.requests)
+    assert len(fake.requests) == 8 and all("proxy-authorization" not in r.headers for r in fake.requests)
     basic = base64.b64encode(auth.encode()).decode()
     for proxy in (a, b):
         artefacts = proxy.log_path.read_text() + proxy.stdout() + proxy.stderr()

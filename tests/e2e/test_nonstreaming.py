@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -16,6 +15,7 @@ from tests.support.proxy import RetimerProxy
 from tests.support.upstream import FakeLLM
 
 FIXTURE = "nonstream/openai-chat-completion.json"
+pytestmark = pytest.mark.fake_llm(scope="module")  # the fake of the tests that need one
 
 
 def shape(path: str, method: str = "POST") -> RequestShape:
@@ -40,12 +40,6 @@ def test_timing_line() -> None:
     assert timing_line(b"[1, 2]") is None
     assert timing_line(b"{broken") is None
     assert timing_line(b'{"error": {"message": "bad key"}}') is None
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM() as f:
-        yield f
 
 
 def test_whole_response_is_held_and_unchanged(tmp_path, fake: FakeLLM) -> None:

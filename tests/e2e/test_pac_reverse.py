@@ -20,13 +20,14 @@ from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
 from retimer.wire.hosts import LLM_HOSTS, allow_hosts, is_llm_host
 from tests.support.paths import SUPPORT
 from tests.support.proxy import RetimerProxy, run_cli
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM, load_fixture
 
 NODE = "/usr/bin/node"
 HOSTMAP = SUPPORT / "hostmap.py"
 TEXT = "Base URLs are enough: no proxy, no CA. Ünïcödé and 数字 12,345 stay intact. " * 3
 PACED = ("--ttft", "300ms", "--tps", "200", "--jitter", "0", "--profile", "o3")
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=3)  # reverse mode's upstream
 
 # Harness: the helpers a browser's PAC engine provides, then FindProxyForURL for each URL.
 HARNESS = r"""
@@ -139,10 +140,6 @@ def test_proxy_serves_its_pac_file(tmp_path: Path, pac_proxy: RetimerProxy) -> N
 
 
 # -- reverse mode ---------------------------------------------------------------------------
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=3) as f:
-        yield f
 
 
 def _check_record(record: dict, fake: FakeLLM, protocol: str) -> None:

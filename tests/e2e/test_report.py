@@ -37,7 +37,8 @@ EVIL = '"><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2"
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+def fixture_records(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    """The fixture streams re-timed by one real proxy: their records."""
     tmp = tmp_path_factory.mktemp("report-proxy")
     with FakeLLM(per_event_gap=0.004, first_delay=0.02) as fake, \
             RetimerProxy(tmp, "--profile", "groq", "--ttft", "80ms", "--tps", "500") as proxy:
@@ -98,10 +99,10 @@ def _blue_pixels(img: Image.Image) -> int:
 
 
 @pytest.fixture(scope="module")
-def report(records: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+def report(fixture_records: list[dict], tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
     tmp = tmp_path_factory.mktemp("report")
     log = tmp / "study.jsonl"
-    recs = _study_log(records, log)
+    recs = _study_log(fixture_records, log)
     html, png_dir = tmp / "report.html", tmp / "png"
     done = run_cli("report", str(log), "-o", str(html), "--png", str(png_dir))
     assert done.returncode == 0, done.stderr

@@ -37,7 +37,7 @@ FIXTURES = (("openai-chat/gpt4o-text-include-usage.sse", "/v1/chat/completions",
 
 
 @pytest.fixture(scope="module")
-def records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+def profile_records(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("layout-proxy")
     out: list[dict[str, Any]] = []
     with FakeLLM(per_event_gap=0.004, first_delay=0.02) as fake:
@@ -84,9 +84,9 @@ def _series(svg: ET.Element) -> dict[str, str]:
 
 
 def test_every_multi_line_chart_has_a_legend_naming_each_profile(
-        records: list[dict[str, Any]]) -> None:
-    page = render_html(build(records, "three profiles"))
-    profiles = {_profile(r) for r in records}
+        profile_records: list[dict[str, Any]]) -> None:
+    page = render_html(build(profile_records, "three profiles"))
+    profiles = {_profile(r) for r in profile_records}
     assert len(profiles) == len(RUNS)
     lines = [svg for svg in _svgs(page, "dist") if _series(svg)]
     assert len(lines) == 2  # TTFT and rate; the bar chart names its bars on its axis
@@ -99,7 +99,7 @@ def test_every_multi_line_chart_has_a_legend_naming_each_profile(
         for name in profiles:  # each profile named in full, visibly, by its own entry
             assert [t for t, _ in keys.values() if t.startswith(name + " (client")], name
     streams = _svgs(page, "stream")
-    assert len(streams) == len(records)
+    assert len(streams) == len(profile_records)
     for svg in streams:
         series, keys = _series(svg), _keys(svg)
         if len(series) > 1:
@@ -139,8 +139,8 @@ def _numbers(text: str) -> list[float]:
     return [float(x.replace(",", "")) for x in re.findall(r"\d[\d,]*(?:\.\d+)?", text)]
 
 
-def test_summary_lines_carry_the_records_numbers(records: list[dict[str, Any]]) -> None:
-    recs = [dict(r) for r in records]
+def test_summary_lines_carry_the_records_numbers(profile_records: list[dict[str, Any]]) -> None:
+    recs = [dict(r) for r in profile_records]
     # a passthrough stream (no target) and one too short for a rate: left out of the medians
     recs[0] = {**recs[0], "target": {"ttft_ms": None, "tps": None}}
     recs[1] = {**recs[1], "emitted": {**recs[1]["emitted"], "tps": None}}
@@ -170,13 +170,13 @@ def test_summary_lines_carry_the_records_numbers(records: list[dict[str, Any]]) 
     assert shown == [len(bound), len(recs), round(100 * len(bound) / len(recs))]
 
 
-def test_png_figures_carry_a_colour_key(records: list[dict[str, Any]]) -> None:
+def test_png_figures_carry_a_colour_key(profile_records: list[dict[str, Any]]) -> None:
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
     from retimer.report.png import distribution_figure, streams_figure
 
-    report = build(records, "png")
+    report = build(profile_records, "png")
     fig = streams_figure(report.streams)
     try:
         assert len(fig.legends) == 1
@@ -197,7 +197,7 @@ def test_png_figures_carry_a_colour_key(records: list[dict[str, Any]]) -> None:
             assert legend is not None
             texts = [t.get_text() for t in legend.get_texts()]
             assert texts == [s.label for s in chart.series if s.x]
-            for name in {_profile(r) for r in records}:
+            for name in {_profile(r) for r in profile_records}:
                 assert any(t.startswith(name + " (client") for t in texts), name
         finally:
             plt.close(fig)
@@ -211,11 +211,11 @@ def _wide(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_page_fits_1400_px_and_legends_are_visible_in_chromium(
-        records: list[dict[str, Any]], tmp_path: Path) -> None:
+        profile_records: list[dict[str, Any]], tmp_path: Path) -> None:
     from playwright.sync_api import sync_playwright
 
     pages, keyed = {}, 0
-    for name, recs in (("profiles", records), ("wide", _wide(records))):
+    for name, recs in (("profiles", profile_records), ("wide", _wide(profile_records))):
         pages[name] = tmp_path / f"{name}.html"
         html = render_html(build(recs, name))
         pages[name].write_text(html, encoding="utf-8")

@@ -138,7 +138,7 @@ class Served:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def connect_chat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     tmp = tmp_path_factory.mktemp("connect")
     pb = _compiled(tmp)
     stubs = _connect_stubs(pb)
@@ -210,9 +210,9 @@ def _new_record(served: Served, before: int) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("codec", "compress"), [("proto", True), ("json", True), ("proto", False)],
                          ids=["proto-gzip", "json-gzip", "proto-identity"])
-def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(served: Served, codec: str, compress: bool) -> None:
-    before = len(served.proxy.records(0, timeout=0))
-    call = _call(served, codec, compress)
+def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(connect_chat: Served, codec: str, compress: bool) -> None:
+    before = len(connect_chat.proxy.records(0, timeout=0))
+    call = _call(connect_chat, codec, compress)
     assert call.error is None, call.error
     assert call.text == "".join(PIECES)
     assert len(call.got) > 3 * len(PIECES)  # each multi-word message went out as token pieces
@@ -221,7 +221,7 @@ def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(served: Served, 
     for i, piece in enumerate(PIECES):  # every piece keeps its message's other fields
         assert "".join(m.delta.content for m in call.got if m.index == i) == piece
     assert USAGE in call.trailers
-    record = _new_record(served, before)
+    record = _new_record(connect_chat, before)
     assert (record["protocol"], record["outcome"], record["url"].split("/", 3)[3]) == (
         "connect", "complete", "rtc.Chat/Stream")
     assert abs(record["emitted"]["ttft_ms"] - TTFT_MS) < 50
@@ -232,18 +232,18 @@ def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(served: Served, 
 
 
 @pytest.mark.parametrize("codec", ["proto", "json"])
-def test_a_connect_error_arrives_after_the_same_text(served: Served, codec: str) -> None:
-    direct = _call(served, codec, fail_after=FAIL_AFTER, direct=True)
+def test_a_connect_error_arrives_after_the_same_text(connect_chat: Served, codec: str) -> None:
+    direct = _call(connect_chat, codec, fail_after=FAIL_AFTER, direct=True)
     assert direct.error is not None and direct.text == "".join(PIECES[:FAIL_AFTER])
-    before = len(served.proxy.records(0, timeout=0))
-    call = _call(served, codec, fail_after=FAIL_AFTER)
+    before = len(connect_chat.proxy.records(0, timeout=0))
+    call = _call(connect_chat, codec, fail_after=FAIL_AFTER)
     assert call.text == direct.text
     assert len(call.got) > len(direct.got)
     assert call.error is not None
     assert (call.error.code, call.error.message) == (direct.error.code, direct.error.message) == (
         Code.RESOURCE_EXHAUSTED, QUOTA)
     assert USAGE in call.trailers and call.trailers == direct.trailers
-    record = _new_record(served, before)
+    record = _new_record(connect_chat, before)
     assert record["protocol"] == "connect"
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] == len(call.got)
 
@@ -272,9 +272,9 @@ def _message(envelope: Envelope) -> bytes:
 
 
 @pytest.mark.parametrize("encoding", ["identity", "gzip"])
-def test_the_end_of_stream_message_passes_byte_identical(served: Served, encoding: str) -> None:
-    with httpx.Client(verify=served.proxy.client_ssl_context(), proxy=served.proxy.url) as client:
-        got, sent = _raw_stream(served, client, encoding)
+def test_the_end_of_stream_message_passes_byte_identical(connect_chat: Served, encoding: str) -> None:
+    with httpx.Client(verify=connect_chat.proxy.client_ssl_context(), proxy=connect_chat.proxy.url) as client:
+        got, sent = _raw_stream(connect_chat, client, encoding)
     assert len(got) > len(sent) == FAIL_AFTER + 1
     compressed = COMPRESSED if encoding == "gzip" else 0
     assert [e.flags for e in sent] == [compressed] * FAIL_AFTER + [END_STREAM | compressed]
@@ -282,5 +282,5 @@ def test_the_end_of_stream_message_passes_byte_identical(served: Served, encodin
     assert json.loads(_message(got[-1])) == {"metadata": {USAGE[0]: [USAGE[1]]},
                                              "error": {"code": "resource_exhausted", "message": QUOTA}}
     assert all(not e.flags & END_STREAM for e in got[:-1])
-    text = "".join(served.pb.ChatChunk.FromString(_message(e)).delta.content for e in got[:-1])
+    text = "".join(connect_chat.pb.ChatChunk.FromString(_message(e)).delta.content for e in got[:-1])
     assert text == "".join(PIECES[:FAIL_AFTER])

@@ -45,7 +45,7 @@ def _compiled(tmp: Path) -> tuple[ModuleType, ModuleType]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, int, Path, RetimerProxy]]:
+def grpc_chat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any, int, Path, RetimerProxy]]:
     tmp = tmp_path_factory.mktemp("grpc")
     pb, pb_grpc = _compiled(tmp)
     ca, cert, key = make_certs(tmp, ("localhost", "127.0.0.1"), "retimer grpc test CA")
@@ -91,15 +91,15 @@ def _call(served: tuple[Any, Any, int, Path, RetimerProxy], fail_after: int = 0,
         return got, call, times
 
 
-def test_a_grpc_stream_is_split_paced_and_keeps_its_trailers(served: Any) -> None:
-    before = len(served[4].records(0, timeout=0))
-    got, call, _ = _call(served)
+def test_a_grpc_stream_is_split_paced_and_keeps_its_trailers(grpc_chat: Any) -> None:
+    before = len(grpc_chat[4].records(0, timeout=0))
+    got, call, _ = _call(grpc_chat)
     assert "".join(m.delta.content for m in got) == "".join(PIECES)
     assert len(got) > 3 * len(PIECES)  # each multi-word message went out as token pieces
     assert {(m.model, m.index) for m in got} == {("model-7b", i) for i in range(len(PIECES))}
     assert call.code() == grpc.StatusCode.OK
     assert ("x-usage", "tokens=41") in [(m.key, m.value) for m in call.trailing_metadata()]
-    (record,) = served[4].records(before + 1)[before:]
+    (record,) = grpc_chat[4].records(before + 1)[before:]
     assert (record["protocol"], record["outcome"], record["url"].split("/", 3)[3]) == (
         "grpc", "complete", "rt.Chat/Stream")
     assert abs(record["emitted"]["ttft_ms"] - TTFT_MS) < 50
@@ -108,9 +108,9 @@ def test_a_grpc_stream_is_split_paced_and_keeps_its_trailers(served: Any) -> Non
     assert record["upstream"]["duration_ms"] < record["emitted"]["duration_ms"] / 4  # it was held
 
 
-def test_an_error_status_arrives_after_the_same_text(served: Any) -> None:
-    direct, direct_call, _ = _call(served, fail_after=3, direct=True)
-    got, call, _ = _call(served, fail_after=3)
+def test_an_error_status_arrives_after_the_same_text(grpc_chat: Any) -> None:
+    direct, direct_call, _ = _call(grpc_chat, fail_after=3, direct=True)
+    got, call, _ = _call(grpc_chat, fail_after=3)
     assert "".join(m.delta.content for m in got) == "".join(m.delta.content for m in direct)
     assert (call.code(), call.details()) == (direct_call.code(), direct_call.details()) == (
         grpc.StatusCode.RESOURCE_EXHAUSTED, "quota: 41 tokens left")

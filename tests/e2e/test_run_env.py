@@ -30,17 +30,13 @@ import pytest
 from retimer.cli.launch_env import LOOPBACK
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.run_cmd import CLIENTS, HOSTMAP, PACED, TEXT, Run
-from tests.support.stream_bodies import load_fixture, make_anthropic_stream, make_ollama_stream, make_openai_stream
+from tests.support.stream_bodies import load_fixture, make_ollama_stream
 from tests.support.upstream import FakeLLM
+
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=3, tls=True)
 
 # scripts/test sets RETIMER_TEST_NODE to a Node >= 22.21 (fetching one if the system's is older)
 NODE = os.environ.get("RETIMER_TEST_NODE") or shutil.which("node") or "node"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=3, tls=True) as f:
-        yield f
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import io
 import os
 import stat
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import anthropic
@@ -21,16 +20,11 @@ from retimer.cli.liveview import LiveView
 from retimer.proxy.certs import ensure_ca
 from tests.support.proxy import RetimerProxy, free_port, run_cli
 from tests.support.sse_client import read_until_error, sse_text
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
+from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM
 
 TEXT = "alpha beta gamma delta " * 20
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=3) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=3)
 
 
 def _listeners(port: int) -> set[str]:

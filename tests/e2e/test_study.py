@@ -27,6 +27,8 @@ from tests.support.stream_bodies import make_anthropic_stream, make_openai_strea
 from tests.support.study import CONDITIONS, FAST, TEXT, StudyProxy, chat, write_study
 from tests.support.upstream import FakeLLM
 
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=2)  # for the real proxy's tests
+
 
 def design(**kw: Any) -> StudyDesign:
     data = {"name": "s", "seed": 1, "unit": "request",
@@ -261,10 +263,6 @@ def test_rating_form_parsing() -> None:
 # ------------------------------------------------------------------ the real proxy
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=2) as f:
-        yield f
 
 
 def test_two_proxies_agree_with_no_shared_state(tmp_path: Path, fake: FakeLLM) -> None:

@@ -6,9 +6,7 @@ page is safe to put on the internet (signed cookie, same-origin actions, limits)
 from __future__ import annotations
 
 import json
-import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +17,11 @@ import yaml
 from retimer.proxy.study_addon import load_study
 from retimer.study.page import PageError, cookie_value, parse_page, verify_cookie
 from tests.support.proxy import RetimerProxy, run_cli
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.support.upstream import FakeLLM
 
 REPLY = ("Here is a **quick** dinner:\n\n1. Boil the pasta.\n2. Toss it with pesto.\n\n"
          "```python\nprint('buon appetito')\n```\n")
+pytestmark = pytest.mark.fake_llm(openai=REPLY, anthropic=REPLY, bursts=3)
 KEY = "sk-researcher-secret-key-0001"
 TASKS = ["Ask the assistant for a weekday dinner recipe.", "Ask it to explain what a CSV file is."]
 CONDITIONS = [{"name": "swift", "profile": "gpt-5", "ttft": "60ms", "tps": 900, "jitter": 0},
@@ -52,10 +50,6 @@ class PageProxy(RetimerProxy):
         self.args = ["study", str(study), *self.args]
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(REPLY), make_anthropic_stream(REPLY), bursts=3) as f:
-        yield f
 
 
 def log_lines(proxy: RetimerProxy) -> list[dict[str, Any]]:
@@ -114,18 +108,6 @@ def test_page_start_errors_are_one_line(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ a participant in Chromium
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=shutil.which("chromium") or "/usr/bin/chromium", headless=True,
-            args=["--no-sandbox", "--disable-background-networking", "--disable-component-update"])
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 def rate(page: Any, speed: int, quality: int, slow: bool) -> None:

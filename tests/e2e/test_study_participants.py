@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +29,11 @@ from retimer.study.participants import (
     parse_roster,
 )
 from tests.support.proxy import run_cli
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.support.study import CONDITIONS, TEXT, ManyProxy
 from tests.support.upstream import FakeLLM
 
 SECRET = b"s" * 32
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=2)
 
 
 # ------------------------------------------------------------------ pure: the rules
@@ -161,10 +160,6 @@ def write_study(tmp: Path, **kw: Any) -> Path:
     return path
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=2) as f:
-        yield f
 
 
 def post(client: httpx.Client, url: str, headers: dict[str, str], text: str = "hi") -> httpx.Response:

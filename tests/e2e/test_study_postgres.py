@@ -28,10 +28,10 @@ from retimer.proxy.study_state import SharedState
 from tests.support.balancer import HAProxy
 from tests.support.postgres import Postgres
 from tests.support.proxy import RetimerProxy, run_cli
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.support.upstream import FakeLLM
 
 REPLY = "Sure: **boil** the pasta, then toss it with pesto and serve it warm."
+pytestmark = pytest.mark.fake_llm(openai=REPLY, anthropic=REPLY, bursts=1)  # at once: never the pace
 KEY = "sk-researcher-pg-key-0001"
 
 
@@ -124,10 +124,6 @@ class Instance(RetimerProxy):
         self.args = ["study", str(study), *self.args]
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(REPLY), make_anthropic_stream(REPLY), bursts=1) as f:  # at once: never the pace
-        yield f
 
 
 def records(*instances: RetimerProxy) -> list[dict[str, Any]]:

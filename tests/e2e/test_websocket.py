@@ -6,7 +6,6 @@ import json
 import random
 import signal
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -199,6 +198,8 @@ def test_sequence_numbers_stay_strictly_increasing_after_splits() -> None:
 
 # -- through the proxy -------------------------------------------------------------------
 WORDS = "The quick brown fox jumps over the lazy dog while the cat watches from afar."
+pytestmark = pytest.mark.retimer_proxy("--profile", "gpt-5", "--ttft", "400ms", "--tps", "40",
+                                       "--jitter", "0", scope="module")
 
 
 def reply(close_after: bool = False) -> WSReply:
@@ -213,11 +214,6 @@ def reply(close_after: bool = False) -> WSReply:
     return WSReply(messages, close_after=close_after)
 
 
-@pytest.fixture(scope="module")
-def proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RetimerProxy]:
-    with RetimerProxy(tmp_path_factory.mktemp("ws"), "--profile", "gpt-5", "--ttft", "400ms",
-                      "--tps", "40", "--jitter", "0") as p:
-        yield p
 
 
 def _check_turn(received: list, sent_at: float) -> None:

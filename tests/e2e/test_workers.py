@@ -12,7 +12,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,7 @@ from tests.support.upstream import FakeLLM
 
 TEXT = "Two workers share one port; the kernel hands each connection to one of them. " * 2
 PACED = ("--ttft", "200ms", "--tps", "60", "--jitter", "0", "--profile", "gpt-5")
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), bursts=3, tls=True) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(openai=TEXT, bursts=3, tls=True)
 
 
 def _proxy(tmp: Path, fake: FakeLLM, *args: str) -> RetimerProxy:

@@ -5,22 +5,16 @@ rating page offers the latest stream whichever worker served it."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from retimer.proxy.study_addon import load_study
-from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream
 from tests.support.study import TEXT, StudyProxy, chat, write_study
 from tests.support.upstream import FakeLLM
 
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), bursts=2) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=2)
 
 
 def _started(proxy: StudyProxy) -> StudyProxy:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,7 @@ from tests.support.proxy import free_port
 from tests.support.tmux import EXITED, TITLE, Tmux, _records, _send, _table, _wait_listening
 from tests.support.upstream import FakeLLM
 
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(bursts=3, burst_gap=0.05) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(bursts=3, burst_gap=0.05)
 
 
 def test_the_live_view_counts_the_streams_of_every_worker(tmp_path: Path, fake: FakeLLM) -> None:

@@ -8,7 +8,6 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,18 +18,12 @@ import pytest
 from retimer.proxy.patches import arrival
 from tests.support.inproc_proxy import InProcessProxy
 from tests.support.sse_client import sse_text
-from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM
 
 linux_only = pytest.mark.skipif(sys.platform != "linux", reason="TCP_INFO's last_data_recv is Linux's")
 TTFT_S, BLOCK_S = 1.5, 0.6
 TEXT = "one two three four five six"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT, words_per_chunk=2)) as f:
-        yield f
+pytestmark = pytest.mark.fake_llm(openai=TEXT, words_per_chunk=2)
 
 
 def post(proxy: InProcessProxy, fake: FakeLLM, block_s: float) -> tuple[float, float, bytes]:

@@ -8,7 +8,6 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
 
 import anthropic
 import httpx
@@ -20,6 +19,9 @@ from tests.support.stream_bodies import FIXTURES, load_fixture, make_anthropic_s
 from tests.support.upstream import CERT_NAMES, FakeLLM
 
 TEXT = "The quick brown fox jumps over the lazy dog.\nSecond line: ünïcödé — and  spaces. "
+pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT)
+SCHEMES = pytest.mark.parametrize("fake", [{"tls": False}, {"tls": True}], ids=["http", "https"],
+                                  indirect=True)
 
 
 def _client(fake: FakeLLM) -> httpx.Client:
@@ -30,10 +32,6 @@ def _sse_data(body: bytes) -> list[str]:
     return [line[6:] for line in body.decode().splitlines() if line.startswith("data: ")]
 
 
-@pytest.fixture(params=[False, True], ids=["http", "https"])
-def fake(request: pytest.FixtureRequest) -> Iterator[FakeLLM]:
-    with FakeLLM(make_openai_stream(TEXT), make_anthropic_stream(TEXT), tls=request.param) as f:
-        yield f
 
 
 def test_start_fast_and_clean_stop() -> None:
@@ -52,6 +50,7 @@ def test_start_fast_and_clean_stop() -> None:
         socket.create_connection(("127.0.0.1", fake.port), timeout=1).close()
 
 
+@SCHEMES
 def test_json_route_records_request(fake: FakeLLM) -> None:
     with _client(fake) as c:
         r = c.post(fake.url + "/other/thing?a=1", content=b"hello", headers={"x-test": "1"})
@@ -74,6 +73,7 @@ def test_slow_route() -> None:
         assert r.json()["ok"] is True and fake.requests[0].route == "slow"
 
 
+@SCHEMES
 def test_openai_sdk_streaming(fake: FakeLLM) -> None:
     # The SDKs ship their own httpx fork (httpx2); hand them their own client class.
     verify = fake.client_ssl_context() if fake.tls else True
@@ -93,6 +93,7 @@ def test_openai_sdk_streaming(fake: FakeLLM) -> None:
     assert rec.headers["authorization"] == "Bearer sk-test"
 
 
+@SCHEMES
 def test_anthropic_sdk_streaming(fake: FakeLLM) -> None:
     verify = fake.client_ssl_context() if fake.tls else True
     with anthropic.DefaultHttpxClient(verify=verify) as http:
