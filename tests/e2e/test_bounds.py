@@ -282,7 +282,10 @@ def test_total_cap_turns_the_stream_that_crosses_it_to_passthrough(tmp_path: Pat
     assert results["first"][0] == results["second"][0] == text
     assert records["first"]["fallback"] is None  # still paced
     assert "all streams" in records["second"]["fallback"]
-    assert results["second"][1] < 1.0 < results["first"][1]
+    # 400 tokens at 200 tok/s: the paced stream takes 2 s at least, on any machine; the one
+    # passed through is not held to the pace (a bound relative to the first, as a loaded
+    # machine slows both)
+    assert results["first"][1] >= 2.0 and results["second"][1] < results["first"][1] / 2
 
 
 def test_bad_cap_values_are_one_line_errors(tmp_path: Path):

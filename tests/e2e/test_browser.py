@@ -71,6 +71,7 @@ def playwright_launch(launch: Launch) -> tuple[str, str, list[str]]:
     return exe, profile, rest
 
 
+@pytest.mark.serial  # the page's TTFT and rate within a few % of the profile: a quiet machine
 def test_chromium_page_sees_profile_timing(fake: FakeLLM, proxy: RetimerProxy):
     from playwright.sync_api import sync_playwright
 
@@ -96,6 +97,7 @@ def test_chromium_page_sees_profile_timing(fake: FakeLLM, proxy: RetimerProxy):
     assert page_request.headers["host"] == f"llm.test:{fake.port}"
 
 
+@pytest.mark.serial  # the page's TTFT and rate within a few % of the profile: a quiet machine
 def test_firefox_page_sees_profile_timing(fake: FakeLLM, proxy: RetimerProxy):
     before = len(proxy.records(0, timeout=0))
     launch = prepare_launch("firefox", find_browser("firefox"), proxy.url, proxy.ca_path, None,

@@ -139,8 +139,11 @@ class Script(AgentScript):
         return super().__call__(req)
 
 
-pytestmark = pytest.mark.fake_api(
-    script=lambda: Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"}), bursts=2)
+# serial: the timing checks compare a paced run with a passthrough run of a real client whose own
+# time varies by seconds while other tests load the machine (docs/testing.md)
+pytestmark = [pytest.mark.fake_api(
+    script=lambda: Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"}), bursts=2),
+    pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")

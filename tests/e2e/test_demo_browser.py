@@ -125,6 +125,7 @@ def chromium_run(browser: Any, demo: DemoCommand, profiles: list[str], source: l
     return played(chromium_player(page, demo.url, timeout_s), demo, profiles, source), page
 
 
+@pytest.mark.serial  # each pane within 10 % of its profile: a quiet machine
 def test_chromium_builtin_capture_plays_at_each_profile(chromium: Any):
     """No --text, no --cache: the capture shipped with retimer (reasoning, then the answer) in
     three panes; each pane's TTFT and rate as its stream's record and profile say."""
@@ -157,6 +158,7 @@ def test_chromium_renders_markdown_and_code_safely(chromium: Any, short_md: Path
 README_CHARS = 6000  # o3 reads this much of the README in about 30 s
 
 
+@pytest.mark.serial  # each pane within 10 % of its profile: a quiet machine
 @pytest.mark.timeout(300)  # up to ATTEMPTS plays of ~35 s each
 def test_chromium_headline_command(chromium: Any, tmp_path: Path):
     """The issue's own command: `retimer demo --profiles cerebras,gpt-5,o3 --text README.md`, run
@@ -186,6 +188,7 @@ def firefox_profile(root: Path) -> Path:
     return profile
 
 
+@pytest.mark.serial  # each pane within 10 % of its profile: a quiet machine
 def test_firefox_plays_at_each_profile() -> None:
     """The built-in capture in Firefox (reasoning, then the answer; the headline command, o3
     reading the README, is played in Chromium, test_chromium_headline_command: the page and its

@@ -40,6 +40,7 @@ def _verify(proxy: RetimerProxy) -> ssl.SSLContext | bool:
     return proxy.client_ssl_context() if proxy.ca_path.exists() else True
 
 
+@pytest.mark.serial  # the fake must stay ahead of a 200 tok/s profile to be not upstream-bound
 @SCHEMES
 def test_openai_sdk_stream_is_retimed_with_identical_text(fake: FakeLLM, proxy: RetimerProxy):
     client = openai.OpenAI(

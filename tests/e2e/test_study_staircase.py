@@ -352,6 +352,7 @@ def _participant(proxy_url: str, fake_url: str, person: str, seed: int,
         errors.append(f"{person}: {e!r}")
 
 
+@pytest.mark.serial  # each level's TTFT within 60 ms: a quiet machine
 def test_participants_of_known_thresholds_through_the_proxy(tmp_path: Path) -> None:
     study = tmp_path / "study.yaml"
     study.write_text(yaml.safe_dump({

@@ -132,7 +132,10 @@ def test_a_failing_direct_write_is_logged_and_the_stream_goes_on_through_mitmpro
             direct, written = (b - a for a, b in zip(before, proxy.call(lambda: (timers.direct, timers.written)), strict=True))
     assert sse_text(got) == WORDS
     assert record["outcome"] == "complete"
-    assert direct > 100 and written == 0  # every wake after the failure went through mitmproxy
+    # 120 tokens at 400 tok/s woke the stream from the bridge's timers many times (fewer on a
+    # loaded machine, where a late wake sends several tokens), and every wake after the
+    # failure went through mitmproxy
+    assert direct >= 20 and written == 0
     failures = [r for r in caplog.records if "direct write failed" in r.getMessage()]
     assert len(failures) == 1
 
