@@ -35,6 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "e2e: tests/e2e, real processes and clients (set by folder)")
     config.addinivalue_line("markers", "serial: runs alone after the parallel part (scripts/test)")
     config.addinivalue_line("markers", "spread: this module's tests may run on different workers")
+    config.addinivalue_line("markers", "slow: a unit test `scripts/test --fast` leaves out (fuzzing)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -193,7 +193,10 @@ def test_copilot_websocket_session_records_the_upstreams_timing(
     assert len(turns) == 2, summary(run.records)
     for rec in turns:
         assert rec["protocol"] == "websocket"
-        assert abs(rec["upstream"]["duration_ms"] - GAP * 1000) <= 20, [(r["upstream"], r["emitted"]) for r in turns]
+        # the fake's own gap between the halves, stamped when the bytes came (a loaded machine
+        # adds tens of ms); retimer's hold instead gave 770 ms and 2.9 s before the arrival stamps
+        assert GAP * 1000 - 5 <= rec["upstream"]["duration_ms"] <= GAP * 1000 + 100, [
+            (r["upstream"], r["emitted"]) for r in turns]
         assert rec["emitted"]["duration_ms"] > 1000  # and the agent got it paced
     log = tmp_path / "session.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in run.records))

@@ -46,6 +46,8 @@ from tests.support.fuzz_support import (
 )
 from tests.support.paths import FIXTURES
 
+pytestmark = pytest.mark.slow  # the full run fuzzes; `scripts/test --fast` leaves it out
+
 FUZZ_EXAMPLES = int(os.environ.get("RETIMER_FUZZ_EXAMPLES", "0") or 0)
 CI_EXAMPLES = 40
 CPU_LIMIT_S = 10.0  # per example; examples take milliseconds
