@@ -97,11 +97,14 @@ class DemoCommand:
         self.stop()
 
 
+BROWSER_MS = 30.0
+
+
 def check_panes(demo: DemoCommand, panes: list[dict[str, Any]], profiles: list[str],
                 source: list[dict[str, str]]) -> list[str]:
     """Each pane against the record of its own stream and its profile. What must hold on every
     run is asserted: the profile, the text identical to the source, the token count. The timing
-    problems (TTFT or rate off by more than 10 %) are returned, for the caller to judge a run by."""
+    problems (TTFT off by more than 10 % or BROWSER_MS, rate by more than 10 %) are returned, for the caller to judge a run by."""
     assert [p["profile"] for p in panes] == [load_profile(name).effective_name for name in profiles]
     runs = {p["run"] for p in panes}
     assert len(runs) == 1, runs
@@ -119,7 +122,10 @@ def check_panes(demo: DemoCommand, panes: list[dict[str, Any]], profiles: list[s
         where = (f"{name}: page TTFT {pane['ttft_ms']:.1f} ms, {pane['tps']:.1f} tok/s; drawn {target['ttft_ms']} ms, "
                  f"profile {target['tps']} tok/s; the proxy emitted {emitted['ttft_ms']} ms, {emitted['tps']} tok/s, "
                  f"lateness {record['lateness_ms']}")
-        if abs(pane["ttft_ms"] - target["ttft_ms"]) > 0.10 * target["ttft_ms"]:
+        # the page's first read also waits on the browser's own fetch and event loop: 10-25 ms
+        # measured here beside a proxy that emitted within 2 ms of the draw, more than 10 % of
+        # cerebras's ~100 ms TTFT; so the larger of 10 % and BROWSER_MS
+        if abs(pane["ttft_ms"] - target["ttft_ms"]) > max(0.10 * target["ttft_ms"], BROWSER_MS):
             problems.append("TTFT: " + where)
         if abs(pane["tps"] - target["tps"]) > 0.10 * target["tps"]:
             problems.append("rate: " + where)
