@@ -36,6 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "serial: runs alone after the parallel part (scripts/test)")
     config.addinivalue_line("markers", "spread: this module's tests may run on different workers")
     config.addinivalue_line("markers", "slow: a unit test `scripts/test --fast` leaves out (fuzzing)")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's, set per module here "
+                            "(registered also for runs without xdist, e.g. the serial part)")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
