@@ -16,16 +16,14 @@ file's content in its "whole" edit format in one answer. Modes:
            GOOGLE_GEMINI_BASE_URL, opencode's provider baseURL, OPENAI_BASE_URL, aider's
            --openai-api-base) pointed at
            retimer's plain-HTTP listener.
-Each (agent, mode) runs twice: with `--profile passthrough` and with an exact profile
-(`--ttft 500ms --tps 30 --jitter 0`). Both runs must: exit 0, write FILE with CONTENT, print
-FINAL, call the tool once and answer once (the same result with and without pacing); every LLM
-call has a complete record with the agent's protocol and the token count the fake API sent. The
-paced run's wall time, counted from the agent's first LLM request to the moment FINAL is on its
-stdout (the seconds an agent spends loading before it asks anything, or tidying up after it has
-answered, vary by more than a second on a loaded machine), grows over the passthrough run's by
-what the profile predicts from the records (the
-union over calls of [arrival, arrival + TTFT + (tokens - 1) / rate]) within 15 %. Codex's
-WebSocket and SSE transports, given the same task, must take the same time within 10 %.
+Each (agent, mode) runs with an exact profile (`--ttft 500ms --tps 30 --jitter 0`) and must: exit
+0, write FILE with CONTENT, print FINAL, call the tool once and answer once; every LLM call has a
+complete record with the agent's protocol and the token count the fake API sent; and the pacing
+holds as a loaded machine keeps it (agent_harness.pacing_problems: no stream sooner than the
+profile, the agent went on only after each paced stream could have reached it, none held for
+seconds too long). Codex's WebSocket and SSE transports, given the same task, make the same calls
+with the same tokens, so the profile gives them the same time. How close each agent's wait comes
+to the prediction, against a passthrough run, is bench/clients.py's figure (BENCHMARKS.md).
 
 Nothing here reaches the network: the agents' telemetry, update checks and model-list refreshes
 are switched off with their own settings, and what is left fails fast.
@@ -51,9 +49,12 @@ from tests.support.clients.agent_harness import (
     Agent,
     Launch,
     Proxies,
+    Run,
     TaskScript,
     check_agent,
     check_run,
+    growth,
+    pacing_problems,
     patch_text,
     path_args,
     predicted_llm_time,
@@ -61,10 +62,11 @@ from tests.support.clients.agent_harness import (
     summary,
 )
 from tests.support.clients.fakeapi import FakeAPI
+from tests.support.clients.pacing import benchmarking, write_bench_row
 
 PY_BIN = CLIENTS_DIR / "py" / "bin"
 AIDER_BIN = CLIENTS_DIR / "aider" / "bin"
-SAME_TIME = 0.10  # Codex WebSocket vs SSE
+SAME_TIME = 0.10  # Codex WebSocket vs SSE: the calls start at times of their own
 LLM_FUNCTIONS = '''
 def write_file(file_path: str, content: str) -> str:
     "Write content to the file at file_path, replacing it."
@@ -198,9 +200,7 @@ AGENTS = {a.name: a for a in (
 )}
 
 
-# serial: the timing checks compare a paced run with a passthrough run of a real client whose own
-# time varies by seconds while other tests load the machine (docs/testing.md)
-pytestmark = [pytest.mark.fake_api(script=TaskScript, bursts=2), pytest.mark.serial]  # fake_api.script: the task's model
+pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
 
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", "reverse")]
@@ -216,25 +216,35 @@ def test_agent_through_retimer(name: str, mode: str, fake_api: FakeAPI, agent_pr
 @pytest.mark.timeout(600)
 def test_codex_websocket_and_sse_take_the_same_time(fake_api: FakeAPI, agent_proxies: Proxies,
                                                     tmp_path: Path) -> None:
-    """The same task over Codex's two transports, paced: the same calls and tokens, so the same
-    time. (Fails while WebSocket pacing counts Responses' closing events as tokens.)"""
+    """The same task over Codex's two transports, paced: the same calls, each with the same
+    tokens and target, so the profile gives both the same time (it did not while WebSocket pacing
+    counted Responses' closing events as tokens); under bench/clients.py, how much each grew over
+    passthrough, side by side."""
     runs = {}
     for name in ("codex-ws", "codex-sse"):
-        for paced in (False, True):
+        for paced in (True, False) if benchmarking() else (True,):
             run = RESULTS.get((name, "forward", paced))
             if run is None:
                 run = run_agent(AGENTS[name], "forward", paced, fake_api, fake_api.script,
                                 agent_proxies, tmp_path / f"{name}-{paced}")
             check_run(run, AGENTS[name])  # the task was done (record problems: the test above)
             runs[name, paced] = run
-    grew = {n: runs[n, True].active - runs[n, False].active for n in ("codex-ws", "codex-sse")}
-    ws, sse = grew["codex-ws"], grew["codex-sse"]
-    print(f"\nCodex paced over passthrough: WebSocket grew {ws:.3f}s, SSE {sse:.3f}s")
-    assert abs(ws - sse) <= SAME_TIME * sse, (
-        f"Codex, paced, grew {ws:.3f}s over WebSocket and {sse:.3f}s over SSE (predicted "
-        f"{predicted_llm_time(runs['codex-ws', True]):.3f}s and {predicted_llm_time(runs['codex-sse', True]):.3f}s); "
-        f"WebSocket records {summary(runs['codex-ws', True].records)}, SSE records "
-        f"{summary(runs['codex-sse', True].records)}")
+
+    def streams(run: Run) -> list[tuple[int, float, float]]:
+        return [(r["emitted"]["tokens"], r["target"]["ttft_ms"], r["target"]["tps"])
+                for r in run.records if r["emitted"]["tokens"]]
+
+    ws, sse = runs["codex-ws", True], runs["codex-sse", True]
+    assert streams(ws) == streams(sse) and streams(sse), (
+        f"Codex, paced: WebSocket records {summary(ws.records)}, SSE records {summary(sse.records)}")
+    assert predicted_llm_time(ws) == pytest.approx(predicted_llm_time(sse), rel=SAME_TIME), (
+        summary(ws.records), summary(sse.records))
+    assert not pacing_problems(ws) + pacing_problems(sse)
+    if benchmarking():
+        for name in ("codex-ws", "codex-sse"):
+            grew, predicted = growth(runs[name, False], runs[name, True])
+            write_bench_row(suite="codex-transports", client=name, mode="forward", grew_s=grew,
+                            predicted_s=predicted)
 
 
 def test_clients_are_installed_at_their_pins() -> None:

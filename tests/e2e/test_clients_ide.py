@@ -141,9 +141,7 @@ AGENTS = {a.name: a for a in (
 )}
 
 
-# serial: the timing checks compare a paced run with a passthrough run of a real client whose own
-# time varies by seconds while other tests load the machine (docs/testing.md)
-pytestmark = [pytest.mark.fake_api(script=TaskScript, bursts=2), pytest.mark.serial]  # fake_api.script: the task's model
+pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
 
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", "reverse")]

@@ -1,7 +1,7 @@
 """Real SDK clients through the real `retimer`, forward and reverse, against tests/support/clients/fakeapi.py.
 
-Each case runs a client script from tests/support/clients/sdk/ twice, with `--profile passthrough` and
-with an exact profile (`--ttft 400ms --tps 40 --jitter 0`), in one of two modes:
+Each case runs a client script from tests/support/clients/sdk/ with an exact profile (`--ttft 400ms
+--tps 40 --jitter 0`), in one of two modes:
   forward  `retimer run -- CLIENT`: the SDK uses its REAL default host (api.openai.com, ...);
            tests/support/clients/upstream_map.py points that host at the fake API inside the proxy, whose
            CA retimer trusts (ssl_verify_upstream_trusted_ca). Ollama is a loopback server.
@@ -10,9 +10,12 @@ with an exact profile (`--ttft 400ms --tps 40 --jitter 0`), in one of two modes:
            same way (ssl_verify_upstream_trusted_ca).
 For every run: the client got exactly the text / tool call the fake API sent; every LLM call has a
 record with the expected protocol, complete, whose upstream and emitted token counts equal the
-tokens the fake API sent (counted with retimer's own tokenizer over the deltas it sent); and
-(wall_paced - wall_passthrough), the time the client spent in its LLM calls, equals the sum over
-calls of TTFT + (tokens - 1) / rate within 15 %, taken from the records' own target and tokens.
+tokens the fake API sent (counted with retimer's own tokenizer over the deltas it sent); and each
+call, timed by the client around it, took at least what the profile gives its stream (TTFT +
+(tokens - 1) / rate, from the record's own target and tokens) and was not held for seconds longer
+(tests/support/clients/pacing.py: bounds a loaded machine keeps). The WebSocket clients run with
+`--profile passthrough` too: their turns are recorded there as well. How close the paced run's
+growth over a passthrough run comes to the prediction is bench/clients.py's figure.
 The fake API writes each answer in two bursts, so any cadence can only come from the proxy.
 """
 
@@ -36,6 +39,13 @@ from retimer.wire.tokenizer import count_tokens
 from tests.support.clients.agent_script import AgentScript, ApiRequest, Reply
 from tests.support.clients.api_bodies import token_deltas
 from tests.support.clients.fakeapi import FakeAPI
+from tests.support.clients.pacing import (
+    EARLY_S,
+    benchmarking,
+    predicted_s,
+    record_problems,
+    write_bench_row,
+)
 from tests.support.paths import SUPPORT, TESTS
 from tests.support.proxy import RetimerProxy
 
@@ -45,7 +55,6 @@ UPSTREAM_MAP = SUPPORT / "clients" / "upstream_map.py"
 WARMUP = "warm up"  # tests/support/clients/sdk/common.py
 PACED = ("--ttft", "400ms", "--tps", "40", "--jitter", "0")
 PASSTHROUGH = ("--profile", "passthrough")
-TOLERANCE = 0.15
 
 # the protocol (adapter) retimer must name in the record of each kind of fake API call
 PROTOCOL = {"openai-chat": "openai-chat", "openai-responses": "openai-responses",
@@ -139,11 +148,8 @@ class Script(AgentScript):
         return super().__call__(req)
 
 
-# serial: the timing checks compare a paced run with a passthrough run of a real client whose own
-# time varies by seconds while other tests load the machine (docs/testing.md)
-pytestmark = [pytest.mark.fake_api(
-    script=lambda: Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"}), bursts=2),
-    pytest.mark.serial]
+pytestmark = pytest.mark.fake_api(
+    script=lambda: Script(text=ANSWER, tool="get_weather", arguments={"city": "Paris"}), bursts=2)
 
 
 @pytest.fixture(scope="module")
@@ -281,26 +287,37 @@ def _check_passthrough_ws_records(client: str, records: list[dict], llm: list[Ap
 CASES = [pytest.param(c, m, id=f"{c}-{m}") for c in CLIENTS for m in ("forward", "reverse")]
 
 
+def _pacing_problems(client: str, mode: str, timed: list[tuple[dict, dict]]) -> list[str]:
+    """Each timed call's stream against its profile (the record), and the client's own time
+    around the call: it cannot have had the whole answer sooner than the profile lets it out."""
+    problems = []
+    for rec, call in timed:
+        what = f"{client} ({mode}): a {rec['protocol']} call"
+        problems += record_problems(what, rec)
+        if rec["emitted"]["tokens"] and call["wall"] < predicted_s(rec) - EARLY_S:
+            problems.append(f"{what} took {call['wall']:.3f}s at the client, sooner than the "
+                            f"profile's {predicted_s(rec):.3f}s for {rec['emitted']['tokens']} tokens")
+    return problems
+
+
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize(("client", "mode"), CASES)
 def test_sdk_through_retimer(client: str, mode: str, fake_api: FakeAPI, sdk_proxies: Proxies,
                              tmp_path: Path) -> None:
-    out0, rec0, llm0 = _run(client, mode, PASSTHROUGH, fake_api, sdk_proxies, tmp_path / "passthrough")
-    timed0 = _check_run(client, mode, out0, rec0, llm0, paced=False)
     out1, rec1, llm1 = _run(client, mode, PACED, fake_api, sdk_proxies, tmp_path / "paced")
     timed1 = _check_run(client, mode, out1, rec1, llm1, paced=True)
-    predicted = _predicted(timed1, timed0)
-    grew = _wall(out1) - _wall(out0)
-    print(f"TIMING {client}-{mode}: paced {_wall(out1):.3f}s passthrough {_wall(out0):.3f}s "
-          f"grew {grew:.3f}s predicted {predicted:.3f}s ratio {grew / predicted:.3f}")
-    assert abs(grew - predicted) <= TOLERANCE * predicted, (
-        f"{client} ({mode}): paced run took {_wall(out1):.3f}s, passthrough {_wall(out0):.3f}s: "
-        f"grew {grew:.3f}s, the profile predicts {predicted:.3f}s (records: "
-        f"{[(r['protocol'], r['emitted']['tokens'], r['emitted']['ttft_ms'], r['emitted']['duration_ms']) for r, _ in timed1]}, "
-        f"client per timed call paced {[round(c['wall'], 3) for c in out1['calls'] if not c.get('warmup')]}, "
-        f"passthrough {[round(c['wall'], 3) for c in out0['calls'] if not c.get('warmup')]})")
+    problems = _pacing_problems(client, mode, timed1)
+    assert not problems, "\n".join(problems)
+    if client not in WS_CLIENTS and not benchmarking():
+        return
+    out0, rec0, llm0 = _run(client, mode, PASSTHROUGH, fake_api, sdk_proxies, tmp_path / "passthrough")
+    timed0 = _check_run(client, mode, out0, rec0, llm0, paced=False)
     if client in WS_CLIENTS:
         _check_passthrough_ws_records(client, rec0, llm0)
+    if benchmarking():
+        write_bench_row(suite="sdk", client=client, mode=mode, base_s=_wall(out0),
+                        paced_s=_wall(out1), grew_s=_wall(out1) - _wall(out0),
+                        predicted_s=_predicted(timed1, timed0), calls=len(timed1))
 
 
 def test_fakeapi_shapes_without_retimer(fake_api: FakeAPI) -> None:

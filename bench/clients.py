@@ -1,0 +1,103 @@
+"""Real clients, as they ship, through the real retimer: how much longer a user waits with an exact
+profile than with `--profile passthrough`, against what the profile predicts from the records.
+
+The cases are the client tests' own (tests/e2e/test_clients_{agents,ide,sdk}.py: the agents, the
+IDE agents' engines and the SDKs, forward and reverse, against tests/support/clients/fakeapi.py).
+With RETIMER_CLIENT_BENCH set, each case runs its paced run and a passthrough run back to back
+and writes the figures here; the tests themselves hold only bounds a loaded machine keeps. Run it
+on a quiet machine: an agent's own pauses between calls vary by seconds under load.
+
+    .venv/bin/python -m bench.clients                  # every case, about 25 minutes
+    .venv/bin/python -m bench.clients -k codex         # a subset (pytest's -k)
+    .venv/bin/python -m bench.clients --suite sdk      # one file: agents, ide or sdk
+
+"Grew" is the paced run minus the passthrough run (agents: from the first LLM request to the
+answer on stdout; SDKs: the client's own time around its calls); "predicted" is the union over
+the paced run's calls of TTFT + (tokens - 1) / rate (less the passthrough run's own time in the
+same calls). A case is within the goal when grew is within 15 % of predicted, and Codex's two
+transports within 10 % of each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SUITES = {"agents": "tests/e2e/test_clients_agents.py", "ide": "tests/e2e/test_clients_ide.py",
+          "sdk": "tests/e2e/test_clients_sdk.py"}
+GOAL, SAME_TIME = 0.15, 0.10
+
+
+def run_cases(suites: list[str], select: str | None, out: Path) -> int:
+    """The client tests in benchmark mode, one at a time; returns pytest's exit status."""
+    argv = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
+            "-m", "e2e", *(SUITES[s] for s in suites)]
+    if select:
+        argv += ["-k", select]
+    env = {**os.environ, "RETIMER_CLIENT_BENCH": str(out)}
+    return subprocess.run(argv, cwd=ROOT, env=env).returncode
+
+
+def within(row: dict[str, Any]) -> bool:
+    return abs(row["grew_s"] - row["predicted_s"]) <= GOAL * row["predicted_s"]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """The figures as a Markdown table, one row per case."""
+    lines = ["| suite | client | mode | passthrough s | paced s | grew s | predicted s | grew / predicted |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        if r["suite"] == "codex-transports":
+            continue
+        ratio = r["grew_s"] / r["predicted_s"] if r["predicted_s"] else float("nan")
+        lines.append(f"| {r['suite']} | {r['client']} | {r['mode']} | {r['base_s']:.2f} | "
+                     f"{r['paced_s']:.2f} | {r['grew_s']:.3f} | {r['predicted_s']:.3f} | {ratio:.3f} |")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict[str, Any]]) -> list[str]:
+    """What misses the goal, one line each (empty: every case met it)."""
+    misses = [f"{r['suite']} {r['client']} ({r['mode']}): grew {r['grew_s']:.3f}s, predicted "
+              f"{r['predicted_s']:.3f}s" for r in rows if r["suite"] != "codex-transports" and not within(r)]
+    codex = {r["client"]: r["grew_s"] for r in rows if r["suite"] == "codex-transports"}
+    if len(codex) == 2 and abs(codex["codex-ws"] - codex["codex-sse"]) > SAME_TIME * codex["codex-sse"]:
+        misses.append(f"Codex grew {codex['codex-ws']:.3f}s over WebSocket, {codex['codex-sse']:.3f}s "
+                      "over SSE: more than 10 % apart")
+    return misses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=sorted(SUITES), action="append",
+                    help="a client file to run (repeatable; default: all three)")
+    ap.add_argument("-k", dest="select", help="pytest's -k expression, to run some cases")
+    ap.add_argument("--json", type=Path, help="also write the rows to this file")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "rows.jsonl"
+        out.touch()
+        status = run_cases(args.suite or list(SUITES), args.select, out)
+        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    print(table(rows))
+    misses = verdicts(rows)
+    codex = {r["client"]: r for r in rows if r["suite"] == "codex-transports"}
+    if codex:
+        print("\nCodex, same task: " + ", ".join(
+            f"{name} grew {r['grew_s']:.3f}s (predicted {r['predicted_s']:.3f}s)" for name, r in codex.items()))
+    print(f"\nclients: {len(rows)} rows, {len(misses)} outside the goal; the tests: pytest exit {status}")
+    for line in misses:
+        print(f"  outside: {line}")
+    sys.exit(1 if misses or status not in (0,) else 0)
+
+
+if __name__ == "__main__":
+    main()
