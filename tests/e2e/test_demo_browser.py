@@ -120,8 +120,11 @@ def chromium_player(page: Any, url: str, timeout_s: float) -> Callable[[bool], l
 
 
 def chromium_run(browser: Any, demo: DemoCommand, profiles: list[str], source: list[dict[str, str]],
-                 timeout_s: float) -> tuple[list[dict[str, Any]], Any]:
+                 timeout_s: float, urls: list[str] | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """Play in a new page; `urls`, if given, collects every URL the page requests."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
+    if urls is not None:
+        page.on("request", lambda r: urls.append(r.url))
     return played(chromium_player(page, demo.url, timeout_s), demo, profiles, source), page
 
 
@@ -144,9 +147,13 @@ def test_chromium_builtin_capture_plays_at_each_profile(chromium: Any):
 
 
 def test_chromium_renders_markdown_and_code_safely(chromium: Any, short_md: Path):
+    """A chat UI's markdown and code, the model's HTML kept as text; and everything the page
+    loads comes from the demo's own origin (no network from the page)."""
     profiles = ["gpt-5-mini", "haiku"]
+    urls: list[str] = []
     with DemoCommand("--profiles", ",".join(profiles), "--text", str(short_md), "--seed", "4") as demo:
-        panes, page = chromium_run(chromium, demo, profiles, source_of(short_md), 60)
+        panes, page = chromium_run(chromium, demo, profiles, source_of(short_md), 60, urls)
+        assert urls and all(u.startswith(demo.url) for u in urls), urls
         for pane in panes:  # a chat UI's rendering: markdown, a highlighted code block
             html = pane["html"]
             assert "<table>" in html and "<strong>both</strong>" in html and "hljs-keyword" in html
@@ -225,18 +232,6 @@ def test_firefox_plays_at_each_profile() -> None:
                 assert counts == [count_tokens(t) for t in cases]
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def test_no_network_from_the_page(chromium: Any, short_md: Path):
-    """Everything the page loads comes from the demo's own origin."""
-    with DemoCommand("--profiles", "cerebras", "--text", str(short_md)) as demo:
-        page = chromium.new_page()
-        urls: list[str] = []
-        page.on("request", lambda r: urls.append(r.url))
-        page.goto(demo.url + "?autoplay=1")
-        wait_all_done(page, 30)
-        assert urls and all(u.startswith(demo.url) for u in urls), urls
-        page.close()
 
 
 def test_chromium_plays_a_cache_entry_with_a_tool_card(chromium: Any, tmp_path: Path):

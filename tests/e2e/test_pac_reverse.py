@@ -18,8 +18,9 @@ import pytest
 
 from retimer.proxy.pac import CONTENT_TYPE, SPKI_HEADER, build_pac, js_regex
 from retimer.wire.hosts import LLM_HOSTS, allow_hosts, is_llm_host
+from tests.support.cli_main import refused
 from tests.support.paths import SUPPORT
-from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.proxy import RetimerProxy
 from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM, load_fixture
 
@@ -226,11 +227,12 @@ def test_reverse_mode_llm_host_checks_use_the_upstream_host(tmp_path: Path, fake
         ("https://bad host.com", "no valid host"),
     ],
 )
-def test_bad_upstream_gets_one_line(value: str, needle: str) -> None:
-    result = run_cli("--upstream", value)
-    assert result.returncode == 2, result
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("retimer: error: --upstream:"), result.stderr
+def test_bad_upstream_gets_one_line(value: str, needle: str, capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    code, err = refused(["--upstream", value], capsys, monkeypatch)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("retimer: error: --upstream:"), err
     assert needle in lines[0]
 
 

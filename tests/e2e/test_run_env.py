@@ -298,9 +298,10 @@ def test_a_signal_as_the_command_starts_ends_the_command(tmp_path: Path, fake: F
     """A SIGTERM that reaches retimer the moment its command starts (the command sends it
     itself, first thing) ends the command, and retimer exits 143: the forwarders are in place
     before the spawn. Installed after it, the signal killed retimer alone and the command ran
-    on (a race a loaded machine loses): repeated to make it show."""
+    on (a race a loaded machine loses): repeated to make it show (both moments of the race are
+    also driven deterministically in-process, below)."""
     run = Run(tmp_path, fake)
-    for i in range(5):
+    for i in range(2):
         pidfile, err = tmp_path / f"child{i}.pid", tmp_path / f"stderr{i}"
         script = f"echo $$ > {shlex.quote(str(pidfile))}; kill -TERM $PPID; exec sleep 30"
         with err.open("w") as errors:
@@ -493,13 +494,6 @@ def test_ca_is_created_private_and_printed(tmp_path: Path) -> None:
     again = run_cli("ca", "--set", f"confdir={confdir}", "--spki")
     assert again.stdout.strip() == fields["spki"]  # the same CA: not created twice
     assert run_cli("ca", "--set", f"confdir={confdir}", "--path").stdout.strip() == str(cert)
-
-
-def test_proxy_creates_its_confdir_private(tmp_path: Path) -> None:
-    with RetimerProxy(tmp_path) as proxy:
-        time.sleep(0.2)
-        assert proxy.confdir.stat().st_mode & 0o777 == 0o700
-        assert (proxy.confdir / "mitmproxy-ca.pem").stat().st_mode & 0o777 == 0o600
 
 
 def test_launch_env_units() -> None:

@@ -106,7 +106,8 @@ def test_a_session_recorded_at_the_upstreams_own_speed(tmp_path: Path) -> None:
     assert prompts[0] > 1500 and prompts[1] > prompts[0]
     assert recs[0]["model"]["cached_tokens"] == 0 and recs[1]["model"]["cached_tokens"] > 1024
     doc = _whatif_json(proxy.log_path, "--profiles", "gpt-5")
-    assert doc["sessions"][0]["prompt_unknown"] == 0 and doc["sessions"][0]["timed"] == 2
+    assert doc["sessions"][0]["prompt_unknown"] == 0 and doc["sessions"][0]["timed"] == 2, (
+        json.dumps(doc["sessions"][0]), json.dumps(recs))
 
 
 def _start(rec: dict[str, Any]) -> float:

@@ -19,6 +19,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.support.cli_main import refused
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.stream_bodies import make_openai_stream
 from tests.support.upstream import FakeLLM
@@ -128,11 +129,12 @@ def test_auto_is_one_worker_per_cpu() -> None:
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "two", ""])
-def test_a_bad_workers_value_is_one_line(value: str) -> None:
-    done = run_cli("--workers", value)
-    assert done.returncode == 2
-    assert done.stderr.strip() == (f"retimer: error: --workers: expected a number of processes "
-                                   f">= 1 or auto, got {value!r}")
+def test_a_bad_workers_value_is_one_line(value: str, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    code, err = refused(["--workers", value], capsys, monkeypatch)
+    assert code == 2
+    assert err.strip() == (f"retimer: error: --workers: expected a number of processes "
+                           f">= 1 or auto, got {value!r}")
 
 
 BALANCING_NOTE = ("--workers 2: this platform does not spread connections over processes (SO_REUSEPORT "
@@ -196,20 +198,6 @@ def test_workers_where_nothing_balances_run_one_process(
     assert not [line for line in banner.splitlines() if line.split()[:1] == ["workers"]], banner
 
 
-def test_the_pac_file_comes_from_either_worker(tmp_path: Path, fake: FakeLLM) -> None:
-    import httpx
-
-    proxy = _proxy(tmp_path, fake)
-    try:
-        for _ in range(8):  # a new connection each time: the kernel picks the worker
-            pac = httpx.get(f"{proxy.url}/proxy.pac", timeout=10)
-            assert pac.status_code == 200
-            assert f"PROXY 127.0.0.1:{proxy.port}" in pac.text
-    finally:
-        proxy.stop()
-    assert proxy.proc.returncode == 0  # SIGTERM drains too
-
-
 def test_retimer_run_with_two_workers_retimes_an_unmodified_sdk_program(tmp_path: Path) -> None:
     from tests.support.run_cmd import CLIENTS, Run
     from tests.support.run_cmd import TEXT as RUN_TEXT
@@ -262,14 +250,22 @@ def test_report_and_export_take_the_logs_of_several_instances(tmp_path: Path, fa
 
 
 def test_the_response_cache_is_shared_by_the_workers(tmp_path: Path, fake: FakeLLM) -> None:
+    """The cache is one for both workers; the PAC file comes from either; SIGTERM drains them."""
+    import httpx
+
     proxy = _proxy(tmp_path, fake, "--cache", str(tmp_path / "cache"))
     try:
         assert _stream(proxy, fake, 0) == TEXT  # stored by whichever worker took it
         proxy.records(1)
         texts = [_stream(proxy, fake, 0) for _ in range(8)]  # a new connection each time
         records = proxy.records(9)
+        for _ in range(8):  # a new connection each time: the kernel picks the worker
+            pac = httpx.get(f"{proxy.url}/proxy.pac", timeout=10)
+            assert pac.status_code == 200
+            assert f"PROXY 127.0.0.1:{proxy.port}" in pac.text
     finally:
         proxy.stop()
+    assert proxy.proc.returncode == 0  # SIGTERM drains too
     assert texts == [TEXT] * 8
     assert [r["cache"] for r in records] == ["stored"] + ["hit"] * 8  # whichever worker served
     assert len(fake.wait_done(1)) == 1  # the upstream was asked once
