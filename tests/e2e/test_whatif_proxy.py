@@ -53,6 +53,17 @@ def _openai(client: openai.OpenAI, messages: list[dict], fixture: str,
     assert sum(1 for _ in stream) > 0
 
 
+def _openai_to_the_end(client: openai.OpenAI, messages: list[dict], fixture: str) -> None:
+    """A streamed call read to the body's end. The SDK's own iteration stops at `[DONE]` and
+    hangs up before the chunked body's end; on a loaded machine a passthrough proxy then sees
+    the client leave first and records `client-gone` (with every token it passed, as
+    tests/proxy/test_bridge_client_gone.py holds), which whatif leaves out."""
+    with client.chat.completions.with_streaming_response.create(
+            model="gpt-test", messages=messages, stream=True,
+            extra_headers={"x-fake-fixture": fixture}) as response:
+        assert b"data: [DONE]" in response.read()
+
+
 def _anthropic(client: anthropic.Anthropic, text: str, ready: threading.Barrier) -> None:
     ready.wait(10)
     with client.messages.stream(model="claude-test", max_tokens=2000,
@@ -98,8 +109,8 @@ def test_a_session_recorded_at_the_upstreams_own_speed(tmp_path: Path) -> None:
             RetimerProxy(tmp_path, "--profile", "passthrough") as proxy:
         oa = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test", max_retries=0,
                            http_client=openai.DefaultHttpxClient(proxy=proxy.url))
-        _openai(oa, long_messages, TEXT)
-        _openai(oa, [*long_messages, {"role": "user", "content": "again"}], TEXT)
+        _openai_to_the_end(oa, long_messages, TEXT)
+        _openai_to_the_end(oa, [*long_messages, {"role": "user", "content": "again"}], TEXT)
         recs = proxy.records(2)
     assert [r["profile"] for r in recs] == ["passthrough"] * 2
     prompts = [r["model"]["prompt_tokens"] for r in recs]

@@ -66,6 +66,9 @@ class PassthroughDriver(Driver):
             playout.passed_abort(time.monotonic())
             self.finish("upstream-error")
         elif isinstance(event, RequestProtocolError):
+            # the client had every byte that came, but `passed` counts only now and then: count
+            # the rest now (the OpenAI SDK closes at `[DONE]`, which may be before the upstream's end)
+            playout.passed_abort(time.monotonic())
             self.finish("client-gone")
         yield from self._state.original_http(stream, event)
 
