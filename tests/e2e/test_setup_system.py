@@ -67,6 +67,18 @@ def run(argv: list[str], bare: Path, *, as_nobody: bool = False,
                           cwd="/", stdin=subprocess.DEVNULL)
 
 
+def as_nobody_sees(bare: Path, *names: str) -> Path:
+    """The scripts `names` copied into `bare`, readable by anyone: a clone may sit where the
+    unprivileged user cannot reach it (a private temporary folder, a home directory)."""
+    scripts = bare / "clone" / "scripts"
+    scripts.mkdir(parents=True)
+    for name in names:
+        shutil.copy2(ROOT / "scripts" / name, scripts / name)
+    for path in (bare / "clone", scripts, *scripts.iterdir()):
+        path.chmod(0o755)
+    return scripts
+
+
 def apt_calls(bare: Path) -> list[str]:
     calls = bare / "calls" / "apt-get"
     return calls.read_text().splitlines() if calls.exists() else []
@@ -101,7 +113,8 @@ def test_without_root_or_sudo_the_test_command_stops_with_the_one_command(bare: 
     script = ROOT / "scripts" / "test"
     mode = script.stat().st_mode
     assert mode & stat.S_IXOTH and mode & stat.S_IROTH
-    result = run([str(script), "--co", "-q"], bare, as_nobody=True)
+    copied = as_nobody_sees(bare, "test", "setup-system", "find-python")
+    result = run([str(copied / "test"), "--co", "-q"], bare, as_nobody=True)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert lines[-2] == ("setup-system: error: the tests need "
@@ -117,7 +130,7 @@ def test_with_passwordless_sudo_it_installs_through_sudo(bare: Path) -> None:
     sudo = bare / "bin" / "sudo"  # `sudo -n CMD...`: runs CMD, as a sudo that needs no password would
     sudo.write_text(f'#!{BASH}\n[ "$1" = -n ] || exit 1\nshift\n"$@"\n')
     sudo.chmod(0o755)
-    result = run([str(SETUP)], bare, as_nobody=True)
+    result = run([str(as_nobody_sees(bare, "setup-system", "find-python") / "setup-system")], bare, as_nobody=True)
     assert result.returncode == 0, result.stderr
     assert apt_calls(bare) == ["65534 update -qq", f"65534 install -y -qq {' '.join(expected_packages())}"]
 

@@ -46,18 +46,13 @@ TOOLS = "openai-chat/gpt4o-parallel-tool-calls-usage.sse"
 
 def _openai(client: openai.OpenAI, messages: list[dict], fixture: str,
             ready: threading.Barrier | None = None) -> None:
+    """A streamed call read to the body's end. The SDK's own iteration stops at `[DONE]` and
+    hangs up before the chunked body's end; when the proxy passes `[DONE]` as it comes (a
+    passthrough or upstream-bound stream) a loaded machine can see the client leave first, and
+    the record says `client-gone` (with every token it passed: tests/proxy/test_bridge_client_gone.py),
+    which whatif leaves out."""
     if ready is not None:
         ready.wait(10)
-    stream = client.chat.completions.create(model="gpt-test", messages=messages, stream=True,
-                                            extra_headers={"x-fake-fixture": fixture})
-    assert sum(1 for _ in stream) > 0
-
-
-def _openai_to_the_end(client: openai.OpenAI, messages: list[dict], fixture: str) -> None:
-    """A streamed call read to the body's end. The SDK's own iteration stops at `[DONE]` and
-    hangs up before the chunked body's end; on a loaded machine a passthrough proxy then sees
-    the client leave first and records `client-gone` (with every token it passed, as
-    tests/proxy/test_bridge_client_gone.py holds), which whatif leaves out."""
     with client.chat.completions.with_streaming_response.create(
             model="gpt-test", messages=messages, stream=True,
             extra_headers={"x-fake-fixture": fixture}) as response:
@@ -109,8 +104,8 @@ def test_a_session_recorded_at_the_upstreams_own_speed(tmp_path: Path) -> None:
             RetimerProxy(tmp_path, "--profile", "passthrough") as proxy:
         oa = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test", max_retries=0,
                            http_client=openai.DefaultHttpxClient(proxy=proxy.url))
-        _openai_to_the_end(oa, long_messages, TEXT)
-        _openai_to_the_end(oa, [*long_messages, {"role": "user", "content": "again"}], TEXT)
+        _openai(oa, long_messages, TEXT)
+        _openai(oa, [*long_messages, {"role": "user", "content": "again"}], TEXT)
         recs = proxy.records(2)
     assert [r["profile"] for r in recs] == ["passthrough"] * 2
     prompts = [r["model"]["prompt_tokens"] for r in recs]
