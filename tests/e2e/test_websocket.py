@@ -225,10 +225,11 @@ def _check_turn(received: list, sent_at: float) -> None:
     assert [r.data for r in received if isinstance(r.data, bytes)] == [b"\x00\x01\x02binary-audio"]
     deltas = [r for r, o in zip([r for r in received if isinstance(r.data, str)], objs)
               if o["type"] == "response.output_text.delta"]
-    # the server wrote the whole reply at once: any spread is the proxy's pacing
-    # (400 ms TTFT, ~19 tokens at 40 tok/s ~ 0.45 s; loose bounds, this is not a timing test)
-    assert deltas[0].at - sent_at > 0.2
-    assert deltas[-1].at - deltas[0].at > 0.2
+    # the server wrote the whole reply at once: any wait is the proxy's pacing (400 ms TTFT,
+    # ~17 tokens at 40 tok/s: the last delta >= ~0.8 s after the send). Lower bounds only:
+    # pacing is never sooner than its schedule, and a loaded machine only makes it later.
+    assert deltas[0].at - sent_at > 0.35
+    assert deltas[-1].at - sent_at > 0.7
 
 
 def _assert_server_closed(client: ProxiedWSClient) -> None:
@@ -442,7 +443,9 @@ def test_other_websockets_are_untouched(proxy: RetimerProxy, tmp_path: Path) -> 
         finally:
             client.close()
     assert len(received) == len(reply().messages)
-    assert received[-1].at - sent < 0.35  # paced, the last message would come after ~0.85 s
+    # paced, the last message could come no sooner than ~0.8 s (TTFT + tokens at 40 tok/s);
+    # passed through, it comes as soon as the machine relays it (0.5 s seen under a CPU hog)
+    assert received[-1].at - sent < 0.7
 
 
 # SIGINT here, SIGTERM in test_faults.py's shutdown: retimer handles both with one handler

@@ -34,7 +34,9 @@ PACED = ("--profile", "gpt-5", "--ttft", "1500ms", "--tps", "400", "--jitter", "
 
 class RawUpstream:
     """Answers each request with `respond(method, path) -> bytes`, written at once; then
-    closes the connection (every answer here is the connection's last)."""
+    closes the connection (every answer here is the connection's last, and says so: an
+    HTTP/1.1 answer without `connection: close` invites the proxy to reuse a connection this
+    server is closing, a race a loaded machine loses with a 502)."""
 
     def __init__(self, respond: dict[str, bytes]) -> None:
         self.respond = respond
@@ -71,6 +73,8 @@ class RawUpstream:
 
 def response(status: str, body: bytes, *headers: str, version: str = "HTTP/1.1") -> bytes:
     head = [f"{version} {status}", *headers]
+    if version == "HTTP/1.1":
+        head.append("connection: close")
     if body and not any(h.lower().startswith("content-length") for h in headers):
         head.append(f"content-length: {len(body)}")
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
