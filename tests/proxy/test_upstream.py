@@ -38,7 +38,7 @@ def test_start_fast_and_clean_stop() -> None:
     before = set(threading.enumerate())
     t0 = time.monotonic()
     fake = FakeLLM(tls=True).start()
-    assert time.monotonic() - t0 < 0.5
+    assert time.monotonic() - t0 < 2  # no per-start key generation (it took ~0.1 s idle)
     assert fake.url == f"https://127.0.0.1:{fake.port}" and fake.port > 0
     assert fake.ca_path and fake.ca_path.exists()
     with _client(fake) as c:  # leave a keep-alive connection open on purpose
@@ -187,12 +187,12 @@ def test_close_delimited() -> None:
 
 
 def test_first_delay_and_empty_body() -> None:
-    with FakeLLM(b"", first_delay=0.5) as fake, httpx.Client() as c:
+    with FakeLLM(b"", first_delay=1.5) as fake, httpx.Client() as c:
         t0 = time.monotonic()
         with c.stream("POST", fake.url + "/v1/chat/completions", json={}) as r:
-            assert time.monotonic() - t0 < 0.4, "the head goes out before the delay"
+            assert time.monotonic() - t0 < 1.2, "the head goes out before the delay"
             assert r.read() == b""
-        assert time.monotonic() - t0 >= 0.49
+        assert time.monotonic() - t0 >= 1.49
         (rec,) = fake.wait_done(1)
     assert rec.writes == [] and rec.done
 
