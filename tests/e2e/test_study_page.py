@@ -162,7 +162,8 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
         while not page.locator("#rate").count() and not interrupted.count():
             assert time.monotonic() < deadline, "the reloaded page never showed the turn's end"
             time.sleep(0.2)
-        if interrupted.count():  # the reload closed the stream: ask again, same conversation
+        cut = bool(interrupted.count())
+        if cut:  # the reload closed the stream: ask again, same conversation
             send(page, "What is a CSV file?")
         rate(page, 2, 6, True)
         page.click("#next")
@@ -199,8 +200,10 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
     events = [(x["participant"], x["event"]) for x in lines if x.get("type") == "participant"]
     assert events == [("P1", "consented"), ("P1", "finished")]
     complete = [s for s in streams if s["outcome"] == "complete"]
-    if design.condition("P1", 1).name == "sluggish":  # 1.5 s to the first token: the reload cut it
-        assert [s["outcome"] for s in streams] == ["complete", "client-gone", "complete"]
+    # a reload while the reply was coming cut it (likely at 1.5 s to the first token; a loaded
+    # machine may reload after the end): the record says what the page showed
+    assert [s["outcome"] for s in streams] == (
+        ["complete", "client-gone", "complete"] if cut else ["complete", "complete"])
     assert [s["unit"] for s in complete][-1] == 1 and complete[0]["unit"] == 0
     for s in streams:  # each task a unit, paced to the participant's row of the square
         assert s["participant"] == "P1"
