@@ -37,6 +37,7 @@ from bench.harness import FakeLLM, RetimerProxy, memory_kb
 from bench.run import machine
 from bench.soak_client import ws_reply_messages
 from bench.soak_report import render
+from retimer.records.reader import read_logs
 from tests.support.wsfake import FakeWSLLM, WSReply
 
 HERE = Path(__file__).resolve().parent
@@ -221,11 +222,9 @@ def records_summary(path: Path) -> dict[str, int]:
     """Proxy records by protocol and outcome ("openai-chat complete": n)."""
     counts: dict[str, int] = {}
     if path.exists():
-        for line in path.read_text().splitlines():
-            if line.strip():
-                r = json.loads(line)
-                key = f"{r.get('protocol')} {r.get('outcome')}"
-                counts[key] = counts.get(key, 0) + 1
+        for r in read_logs([path]).streams:
+            key = f"{r.protocol} {r.outcome}"
+            counts[key] = counts.get(key, 0) + 1
     return counts
 
 

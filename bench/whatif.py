@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from retimer.profile.loader import builtin_profiles
-from retimer.records.reader import read_log
+from retimer.records.reader import read_logs
 from retimer.report.whatif import whatif
 
 
@@ -58,8 +58,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "session.jsonl"
         synthetic_log(log, args.calls)
-        records = read_log(log).records
-        read_s = best_of(args.repeat, lambda: read_log(log))
+        records = read_logs([log]).streams
+        read_s = best_of(args.repeat, lambda: read_logs([log]))
         whatif_s = best_of(args.repeat, lambda: whatif("bench", records, profiles))
     print(f"{args.calls} calls x {len(profiles)} profiles: whatif {whatif_s * 1000:.1f} ms, "
           f"reading the log {read_s * 1000:.1f} ms (whatif / read = {whatif_s / read_s:.2f})")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NoReturn, TypedDict
 from retimer.cli.cmdline import OneLineParser, fail
 
 if TYPE_CHECKING:
+    from retimer.records.schema import Record
     from retimer.study.analysis import Analysis
     from retimer.study.threshold import Thresholds
 
@@ -57,23 +58,13 @@ def _error(message: str) -> NoReturn:
     fail(f"{message} (see retimer study analyze --help)")
 
 
-def _records(names: list[str]) -> list[dict[str, object]]:
-    out: list[dict[str, object]] = []
-    for name in names:
-        try:
-            text = Path(name).expanduser().read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            fail(f"{name}: no such file")
-        except OSError as e:
-            fail(f"{name}: {e.strerror}")
-        for line in text.splitlines():
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                out.append(obj)
-    return out
+def _records(names: list[str]) -> list[Record]:
+    from retimer.records.reader import LogError, read_logs
+
+    try:
+        return read_logs(names).records
+    except LogError as e:
+        fail(str(e))
 
 
 def main(argv: list[str]) -> None:
@@ -159,20 +150,20 @@ def _power(analysis: Analysis, effect: float) -> PowerFigures:
             "table": [(r.participants, r.power) for r in rows]}
 
 
-def report_sections(records: list[dict[str, object]]) -> tuple[list[str], str]:
+def report_sections(records: list[Record]) -> tuple[list[str], str]:
     """`retimer report`'s analysis sections, one per study with ratings in the records, and a
     line for the terminal when there is something to say (a missing extra, a study that cannot
     be analysed)."""
     import html
 
+    from retimer.records.schema import Rating
     from retimer.study.analysis import analyze, require_extras
     from retimer.study.analysis_data import AnalysisError, collect
     from retimer.study.analysis_view import analysis_section
     from retimer.study.threshold import thresholds
     from retimer.study.threshold_view import threshold_section
 
-    studies = sorted({str(r["study"]) for r in records if r.get("type") == "rating"
-                      and isinstance(r.get("study"), str)})
+    studies = sorted({r.study for r in records if isinstance(r, Rating) and r.study is not None})
     if not studies:
         return [], ""
     try:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import NoReturn, TextIO
 
 from retimer.cli.cmdline import OneLineParser, fail
-from retimer.records.export import Log, columns, read_log, rows
+from retimer.records.export import columns, exported, rows
+from retimer.records.reader import Log, LogError, read_logs
 
 __all__ = ["main", "parser", "write_csv"]
 
@@ -50,34 +51,22 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _lines(name: str) -> list[str]:
-    """The lines of one log; a missing or unreadable file fails in one line."""
-    path = Path(name).expanduser()
-    try:
-        with path.open(encoding="utf-8", errors="replace") as f:
-            return f.readlines()
-    except FileNotFoundError:
-        _fail(f"{name}: no such file")
-    except IsADirectoryError:
-        _fail(f"{name}: is a directory, not a records log")
-    except OSError as e:
-        _fail(f"{name}: cannot read it ({e.strerror})")
-
-
 def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
-    texts = [_lines(name) for name in args.logs]
-    for name, lines in zip(args.logs, texts, strict=True):
-        if len(args.logs) > 1 and (bad := read_log(lines).bad):  # line numbers of its own file
-            _warn(f"{name}: skipped {len(bad)} line(s) that are not records (first: line {bad[0]})")
-    log = read_log(line for lines in texts for line in lines)
+    try:
+        log = read_logs(args.logs)
+    except LogError as e:
+        _fail(str(e))
+    for name in args.logs:
+        if bad := log.bad_in(name):  # line numbers of its own file
+            _warn(f"{name}: skipped {len(bad)} line(s) that are not records "
+                  f"(first: line {bad[0].line})")
     label = args.logs[0] if len(args.logs) == 1 else f"{len(args.logs)} logs"
-    if log.bad and len(args.logs) == 1:
-        _warn(f"{label}: skipped {len(log.bad)} line(s) that are not records "
-              f"(first: line {log.bad[0]})")
-    if log.orphans:
-        _warn(f"{label}: {log.orphans} rating(s) of streams not in the log were left out")
-    if not log.streams:
+    if without := len(log.streams) - len(exported(log)):
+        _warn(f"{label}: skipped {without} stream record(s) without an id or the client's figures")
+    if orphans := log.orphans():
+        _warn(f"{label}: {orphans} rating(s) of streams not in the log were left out")
+    if not exported(log):
         _warn(f"{label}: no stream records")
     if args.csv == "-":
         write_csv(log, sys.stdout)

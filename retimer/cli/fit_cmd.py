@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import NoReturn
 
 from retimer.cli.cmdline import OneLineParser, did_you_mean, fail
-from retimer.profile.fit import SLUG, FitError, fit_streams, slug, streams_from, to_yaml
-from retimer.records.reader import LogError, describe_filters, parse_since, read_log, select
+from retimer.profile.fit import SLUG, FitError, fit_streams, slug, to_yaml
+from retimer.records.fit_input import streams_from
+from retimer.records.reader import LogError, describe_filters, parse_since, read_logs, select
+from retimer.records.schema import StreamRecord
 
 
 def _fail(message: str) -> NoReturn:
@@ -44,13 +46,13 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help="only records from WHEN on: 2026-11-30, 2026-11-30T14:00, or an age: 2h")
 
 
-def unknown_protocol(args: argparse.Namespace, records: Sequence[Mapping[str, object]]) -> str | None:
+def unknown_protocol(args: argparse.Namespace, records: Sequence[StreamRecord]) -> str | None:
     """A --protocol name that no retimer protocol has and no record carries (a typo that would
     otherwise be dropped silently when the other names match), with the likely one."""
     from retimer.wire.protocols import ADAPTERS
 
     known = {a.name for a in ADAPTERS} | {"non-streaming", "websocket", "generic"}
-    known |= {str(r["protocol"]) for r in records if r.get("protocol")}
+    known |= {r.protocol for r in records if r.protocol}
     for name in (p.strip() for p in args.protocol.split(",")):
         if name and name not in known:
             hint = did_you_mean(name, known) or f"; protocols: {', '.join(sorted(known))}"
@@ -58,13 +60,13 @@ def unknown_protocol(args: argparse.Namespace, records: Sequence[Mapping[str, ob
     return None
 
 
-def no_records(args: argparse.Namespace, records: Sequence[Mapping[str, object]], logs: list[str]) -> str:
+def no_records(args: argparse.Namespace, records: Sequence[StreamRecord], logs: list[str]) -> str:
     """Why the filters left nothing in these logs, with the protocol that was likely meant
     (from their records)."""
     filters = describe_filters(args.protocol, args.host, args.since)
     what = f" matching {filters}" if filters else ""
     hint = ""
-    present = sorted({str(r["protocol"]) for r in records if r.get("protocol")})
+    present = sorted({r.protocol for r in records if r.protocol})
     missing = [p.strip() for p in args.protocol.split(",") if p.strip() and p.strip() not in present]
     if missing and present:
         hint = did_you_mean(missing[0], present) or f"; protocols in it: {', '.join(present)}"
@@ -79,15 +81,15 @@ def main(argv: list[str]) -> None:
         _fail(f"--name must be a lowercase name of a-z 0-9 . _ -, got {args.name!r}")
     try:
         since = parse_since(args.since) if args.since else None
-        log = read_log(args.log)
+        log = read_logs([args.log])
     except LogError as e:
         _fail(str(e))
-    if err := unknown_protocol(args, log.records):
+    if err := unknown_protocol(args, log.streams):
         _fail(err)
-    chosen = select(log.records, args.protocol, args.host, since)
+    chosen = select(log.streams, args.protocol, args.host, since)
     filters = describe_filters(args.protocol, args.host, args.since)
     if not chosen:
-        _fail(no_records(args, log.records, [args.log]))
+        _fail(no_records(args, log.streams, [args.log]))
     streams, skipped = streams_from(chosen)
     try:
         fit = fit_streams(streams)

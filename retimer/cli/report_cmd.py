@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.fit_cmd import add_filters, no_records, unknown_protocol
-from retimer.records.reader import LogError, parse_since, read_log, select
+from retimer.records.reader import Log, LogError, parse_since, read_logs, select
 from retimer.report.page import build, render_html
 from retimer.report.whatif import BY_CHOICES, sessions_of, whatif
 
@@ -46,14 +46,14 @@ def main(argv: list[str]) -> None:
     args = parser().parse_args(argv)
     try:
         since = parse_since(args.since) if args.since else None
-        logs = [read_log(path) for path in args.logs]
+        logs = [read_logs([path]) for path in args.logs]
     except LogError as e:
         _fail(str(e))
-    every = [r for log in logs for r in log.records]
+    every = [r for log in logs for r in log.streams]
     if err := unknown_protocol(args, every):
         _fail(err)
-    chosen_by_log = [select(log.records, args.protocol, args.host, since) for log in logs]
-    chosen = sorted((r for c in chosen_by_log for r in c), key=lambda r: str(r.get("time", "")))
+    chosen_by_log = [select(log.streams, args.protocol, args.host, since) for log in logs]
+    chosen = sorted((r for c in chosen_by_log for r in c), key=lambda r: r.time)
     if len(logs) == 1:
         chosen = chosen_by_log[0]  # one log: its own order, as before
     if not chosen:
@@ -73,11 +73,13 @@ def main(argv: list[str]) -> None:
         names = list(args.logs)
     by, sessions = sessions_of(list(zip(names, chosen_by_log, strict=True)), args.by)
     results = [r for label, recs in sessions if (r := whatif(label, recs, profiles)) is not None]
-    bad = sum(log.bad_lines for log in logs)
-    report = build(chosen, args.title or ", ".join(names), bad, (by, results))
+    bad = sum(len(log.bad) for log in logs)
+    ratings = [r for log in logs for r in log.ratings]
+    scores = Log(records=[*every, *ratings]).scores()  # a rating joins its stream in any log
+    report = build(chosen, args.title or ", ".join(names), bad, (by, results), scores)
     from retimer.cli.analyze_cmd import report_sections
 
-    sections, note = report_sections([*chosen, *(r for log in logs for r in log.rating_lines)])
+    sections, note = report_sections([*chosen, *ratings])
     if note:
         print(f"retimer report: {note}", file=sys.stderr)
     out = Path(args.output).expanduser()

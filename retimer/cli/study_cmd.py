@@ -180,26 +180,13 @@ def shared_state(location: str, study: str) -> str:
 
 def print_status(design: StudyDesign, logs: list[str]) -> None:
     """`--status`: the experimenter's view of the logs (a missing log is one line)."""
-    import json
-    from pathlib import Path
-
+    from retimer.records.reader import LogError, read_logs
     from retimer.study.status import status_lines, summarize
 
-    records: list[dict[str, object]] = []
-    for name in logs:
-        try:
-            text = Path(name).expanduser().read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            raise StudyError(f"--status: {name}: no such records log") from None
-        except OSError as e:
-            raise StudyError(f"--status: {name}: {e.strerror}") from None
-        for line in text.splitlines():
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict):
-                records.append(obj)
+    try:
+        records = read_logs(logs).records
+    except LogError as e:
+        raise StudyError(f"--status: {e}") from None
     for line in status_lines(design, summarize(design, records)):
         print(line)
 

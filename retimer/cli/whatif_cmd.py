@@ -23,7 +23,7 @@ from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.fit_cmd import add_filters, unknown_protocol
 from retimer.profile.loader import builtin_profiles, load_profile_spec, profile_specs
 from retimer.profile.model import Profile, ProfileError
-from retimer.records.reader import LogError, describe_filters, parse_since, read_log, select
+from retimer.records.reader import LogError, describe_filters, parse_since, read_logs, select
 from retimer.report.whatif import BY_CHOICES, SessionResult, combined, sessions_of, whatif
 from retimer.report.whatif_view import change_text, duration_text, notes, rows, to_json
 
@@ -77,13 +77,13 @@ def results_for(args: argparse.Namespace, profiles: list[Profile]
     try:
         since = parse_since(args.since) if args.since else None
         for path in args.logs:
-            log = read_log(path)
-            if not log.records:
+            log = read_logs([path])
+            if not log.streams:
                 _fail(f"{path}: no stream records in it (is it a retimer --log file?"
-                      f"{f' {log.bad_lines} lines are not JSON' if log.bad_lines else ''})")
-            if err := unknown_protocol(args, log.records):
+                      f"{f' {len(log.bad)} lines are not records' if log.bad else ''})")
+            if err := unknown_protocol(args, log.streams):
                 _fail(err)
-            logs.append((str(path), select(log.records, args.protocol, args.host, since)))
+            logs.append((str(path), select(log.streams, args.protocol, args.host, since)))
     except LogError as e:
         _fail(str(e))
     if not any(recs for _, recs in logs):

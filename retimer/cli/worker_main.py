@@ -23,14 +23,14 @@ from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 from retimer.cli.proxy_options import ProxyConfig
-from retimer.proxy.hooks import RECORD_KEY
+from retimer.proxy.hooks import RECORD_KEY, WORKER_KEY
+from retimer.records.schema import StreamRecord
 
 if TYPE_CHECKING:
     from mitmproxy import http
     from mitmproxy.master import Master
 
 SNAPSHOT_S = 0.25  # how often the streams in flight go to the parent's live view
-WORKER_KEY = "worker"  # the record field naming the worker (1..N) that served the stream
 
 
 def config_json(config: ProxyConfig) -> str:
@@ -75,9 +75,9 @@ class Channel:
             self.ticker = asyncio.create_task(self._tick())
         loop.add_reader(0, self._stdin)
 
-    def retimer_record(self, record: dict[str, Any]) -> None:
+    def retimer_record(self, record: StreamRecord) -> None:
         if self.records:
-            self.send({"record": record})
+            self.send({"record": record.to_json()})
 
     def done(self) -> None:
         if self.ticker:

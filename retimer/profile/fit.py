@@ -31,13 +31,10 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 from retimer.timing.quantiles import Z90, Z99
 
 STALL_K = 4.0
@@ -82,45 +79,7 @@ class Fit:
     notes: list[str] = field(default_factory=list)
 
 
-def streams_from(records: Iterable[dict[str, Any]]) -> tuple[list[UpstreamStream], Counter[str]]:
-    """The fit-worthy streams, and why the others were left out (reason -> count)."""
-    out: list[UpstreamStream] = []
-    skipped: Counter[str] = Counter()
-    for rec in records:
-        stream = _upstream_stream(rec)
-        if isinstance(stream, UpstreamStream):
-            out.append(stream)
-        else:
-            skipped[stream] += 1
-    return out, skipped
-
-
-def _upstream_stream(rec: dict[str, Any]) -> UpstreamStream | str:
-    """The record's upstream side as a stream to fit, or why it is left out."""
-    trace = rec.get("trace")
-    if rec.get("outcome") != "complete":
-        return "not complete"
-    if rec.get("protocol") == "non-streaming":
-        return "non-streaming"
-    if rec.get("cache") == "hit":
-        return "cache hit"
-    if rec.get("fallback"):
-        return "unparsed"
-    if not isinstance(trace, dict) or not isinstance(side := trace.get("upstream"), dict):
-        return "no trace"
-    t, n = decode_side(side, float(trace.get("unit_ms", TRACE_UNIT_MS)))
-    exact = side.get("exact")
-    exact = exact if isinstance(exact, int) and 0 <= exact <= len(t) else len(t)
-    t, n, exact = _network_events(t, n, exact)
-    if len(t) == 0:
-        return "no tokens"
-    model = rec.get("model")
-    prompt = model.get("prompt_tokens") if isinstance(model, dict) else None
-    return UpstreamStream(t, n, exact, prompt if isinstance(prompt, int) and prompt > 0 else None,
-                          str(rec.get("protocol")))
-
-
-def _network_events(t: np.ndarray, n: np.ndarray, exact: int,
+def network_events(t: np.ndarray, n: np.ndarray, exact: int,
                     ) -> tuple[np.ndarray, np.ndarray, int]:
     """Token events as the network delivered them: events without tokens dropped, and events
     that arrived at the same instant (one read) merged into one, as a client receives them."""

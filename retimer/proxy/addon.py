@@ -14,6 +14,7 @@ import logging
 import secrets
 import time
 import weakref
+from dataclasses import replace
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http
@@ -29,8 +30,10 @@ from retimer.proxy.flows import destination_host, request_body, request_start, s
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import (
     ARRIVED_KEY,
+    CACHE_KEY,
     PROFILE_KEY,
     PROMPT_KEY,
+    RECORD_KEY,
     STREAM_KEY,
     HookCaller,
     RecordHook,
@@ -38,6 +41,8 @@ from retimer.proxy.hooks import (
     StreamStartHook,
 )
 from retimer.proxy.patches.arrival import TICK_S, kernel_tick_s, waited_s
+from retimer.records.parse import other_fields
+from retimer.records.schema import StreamRecord
 from retimer.records.writer import RecordLog
 from retimer.timing.pacer import StreamPacer
 from retimer.timing.strategy import Strategy, parse_strategy
@@ -321,13 +326,18 @@ class Retimer:
         self._write(self._record(flow, pacer, end, outcome, index=index))
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Records of the streams in flight, as they stand now (for the live view)."""
-        return [self._record(f, p, None, "streaming") for f, p in list(self.active.values())]
+        """Records of the streams in flight, as they stand now (the live view reads their
+        JSON form, as a worker of `--workers N` sends it)."""
+        return [self._record(f, p, None, "streaming").to_json()
+                for f, p in list(self.active.values())]
 
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
         self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
         self.hooks.trigger(ctx.master.addons, StreamDoneHook(flow, pacer, record))  # before it is written
+        cache, extra = flow.metadata.get(CACHE_KEY), other_fields(flow.metadata.get(RECORD_KEY, {}))
+        if cache != record.cache or extra != record.extra:  # the cache stored it, an addon added
+            record = replace(record, cache=cache, extra=extra)
         self._write(record)
         if not self.active and not self.websockets.sockets:
             self._collect_when_idle()
@@ -342,7 +352,7 @@ class Retimer:
         except RuntimeError:  # no loop (unit tests call hooks directly)
             pass
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: StreamRecord) -> None:
         """Into the log, then to every addon with the record hook (the study, the live view)."""
         if self.log:
             self.log.write(record)
@@ -351,7 +361,7 @@ class Retimer:
     def _record(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
         *, index: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> StreamRecord:
         return stream_record(flow, pacer, self.profile_for(flow), self.seed,
                              end if end is not None else time.monotonic(), outcome, index)
 

@@ -42,6 +42,7 @@ from retimer.cache.store import CacheStore
 from retimer.proxy.flows import destination_host, destination_url, request_body
 from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY
 from retimer.proxy.loopback import LoopbackServer
+from retimer.records.schema import StreamRecord
 from retimer.timing.pacer import StreamPacer
 
 logger = logging.getLogger("retimer")
@@ -207,13 +208,13 @@ class ResponseCache:
         if self.store is not None and flow.metadata.get(CACHE_KEY) == "miss":
             pacer.captured = bytearray()
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
         key = flow.metadata.get(CACHE_ENTRY_KEY)
         response = flow.response
         if (
             self.store is None or flow.metadata.get(CACHE_KEY) != "miss" or key is None
             or response is None or response.status_code != 200
-            or record.get("outcome") != "complete"
+            or record.outcome != "complete"
             or pacer.captured is None or pacer.fallback is not None
             or pacer.adapter.api_error or pacer.adapter.anomaly is not None
             or pacer.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
@@ -230,5 +231,4 @@ class ResponseCache:
         except OSError as e:
             logger.warning(f"retimer: cannot store a response in the cache: {e.strerror or e}")
             return
-        flow.metadata[CACHE_KEY] = "stored"
-        record["cache"] = "stored"
+        flow.metadata[CACHE_KEY] = "stored"  # the record says so (the Retimer addon reads it)

@@ -13,6 +13,7 @@ from mitmproxy import http
 
 from retimer.profile.model import Profile
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY
+from retimer.records.schema import StreamRecord
 
 PANE_HEADER = "x-retimer-demo-pane"  # the pane's index in the page
 RUN_HEADER = "x-retimer-demo-run"  # one play of the page (all panes, or one pane's replay)
@@ -46,12 +47,12 @@ class DemoAddon:
         flow.metadata[PROFILE_KEY] = self.profiles[pane]
         flow.metadata[RECORD_KEY] = {"demo_pane": pane, "demo_run": run}
 
-    def retimer_record(self, record: dict[str, object]) -> None:
-        pane = record.get("demo_pane")
-        if not isinstance(pane, int):
+    def retimer_record(self, record: StreamRecord) -> None:
+        demo = record.demo
+        if demo is None or demo.pane is None:
             return
-        run = str(record.get("demo_run", ""))
-        self.runs.setdefault(run, {})[pane] = record
+        run = demo.run or ""
+        self.runs.setdefault(run, {})[demo.pane] = record.to_json()  # what the page reads
         self.runs.move_to_end(run)
         while len(self.runs) > KEEP_RUNS:
             self.runs.popitem(last=False)

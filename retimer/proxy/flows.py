@@ -1,7 +1,8 @@
 """What retimer reads from a mitmproxy flow: where it goes, and the record of its stream.
 
-A record holds the URL (secret-looking query values redacted), the protocol, the profile and
-timing figures: never request headers, cookies, bodies or authorization values.
+A record (retimer.records.schema.StreamRecord) holds the URL (secret-looking query values
+redacted), the protocol, the profile and timing figures: never request headers, cookies,
+bodies or authorization values.
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ReverseMode
 
 from retimer.profile.model import Profile
-from retimer.proxy.hooks import ARRIVED_KEY, CACHE_KEY, PROMPT_KEY, RECORD_KEY, STREAM_KEY
+from retimer.proxy.hooks import (
+    ARRIVED_KEY,
+    CACHE_KEY,
+    PROMPT_KEY,
+    RECORD_KEY,
+    STREAM_KEY,
+    WORKER_KEY,
+)
+from retimer.records.parse import demo_tags, other_fields, study_tags
 from retimer.records.redact import redact_url
+from retimer.records.schema import Model, Side, StreamRecord, Target
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.hosts import is_llm_host
 from retimer.wire.request import RequestBody
@@ -87,42 +97,46 @@ def _passthrough_model(flow: http.HTTPFlow) -> dict[str, Any]:
 def stream_record(
     flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
     outcome: str, index: int | None = None,
-) -> dict[str, Any]:
-    """The JSON record of one finished (or, for the live view, running) stream."""
+) -> StreamRecord:
+    """The record of one finished (or, for the live view, running) stream."""
     meta = flow.metadata.get(STREAM_KEY, {})
-    if index is not None:
-        meta = {**meta, "index": index}
     timing = pacer.stats.record(end)
     emitted_ms = timing["emitted"]["duration_ms"] or 0.0
     wait_ms = pacer.scheduler.bound_s * 1000
-    return {
-        "id": flow.id,
-        "time": datetime.fromtimestamp(_started(flow, pacer), UTC).isoformat(),
-        "url": redact_url(destination_url(flow)),
-        "protocol": meta.get("protocol"),
-        "profile": profile.name,
-        "effective_profile": profile.effective_name,  # name plus overrides: what ran
-        "seed": seed,
-        "stream": meta.get("index"),
-        "status": flow.response.status_code if flow.response else None,
-        "outcome": outcome,
-        "target": {
-            "ttft_ms": None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
-            "tps": None if profile.passthrough else profile.tps,
-        },
+    model = pacer.timing.summary() if hasattr(pacer.timing, "summary") else _passthrough_model(flow)
+    tags = flow.metadata.get(RECORD_KEY, {})
+    return StreamRecord(
+        id=flow.id,
+        time=datetime.fromtimestamp(_started(flow, pacer), UTC).isoformat(),
+        url=redact_url(destination_url(flow)),
+        protocol=meta.get("protocol"),
+        profile=profile.name,
+        effective_profile=profile.effective_name,  # name plus overrides: what ran
+        seed=seed,
+        stream=index if index is not None else meta.get("index"),
+        status=flow.response.status_code if flow.response else None,
+        outcome=outcome,
+        target=Target(None if pacer.passthrough else round(pacer.timing.ttft * 1000, 3),
+                      None if profile.passthrough else profile.tps),
         # what shaped this stream's draw: speed, prompt/prefill, cache, hidden reasoning, stalls
-        "model": {"speed": profile.speed, "thinking": profile.thinking,
-                  **(pacer.timing.summary() if hasattr(pacer.timing, "summary")
-                     else _passthrough_model(flow))},
-        **timing,
-        "upstream_bound": (not profile.passthrough)
+        model=Model(speed=profile.speed, thinking=profile.thinking,
+                    drawn="ttft_draw_ms" in model, **model),
+        upstream=Side(**timing["upstream"]),
+        emitted=Side(**timing["emitted"]),
+        lateness_ms=timing["lateness_ms"],
+        token_counter=timing["token_counter"],
+        trace=timing["trace"],
+        upstream_bound=(not profile.passthrough)
         and (pacer.scheduler.ttft_bound or wait_ms > max(5.0, 0.02 * emitted_ms)),
-        "upstream_wait_ms": round(wait_ms, 3),
-        "strategy": str(pacer.strategy),
-        "smooth_delay_ms": round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
-        "fallback": pacer.fallback,
-        "keepalives": pacer.keepalives,
-        "released_early": pacer.released_early,
-        **flow.metadata.get(RECORD_KEY, {}),
-        "cache": flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
-    }
+        upstream_wait_ms=round(wait_ms, 3),
+        strategy=str(pacer.strategy),
+        smooth_delay_ms=round(pacer.smooth.delay_s * 1000, 3) if pacer.smooth else None,
+        fallback=pacer.fallback,
+        keepalives=pacer.keepalives,
+        released_early=pacer.released_early,
+        study=study_tags(tags),
+        worker=tags.get(WORKER_KEY),
+        demo=demo_tags(tags),
+        extra=other_fields(tags),
+        cache=flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
+    )

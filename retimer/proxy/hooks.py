@@ -18,12 +18,13 @@ from mitmproxy.addonmanager import AddonManager, safecall
 from mitmproxy.hooks import Hook
 
 from retimer.proxy.patches.hooks import HookTable, invoke_addon_sync
+from retimer.records.schema import StreamRecord
 from retimer.timing.pacer import StreamPacer
 
 # flow.metadata keys: who sets each, and what it holds
 STREAM_KEY = "retimer"  # Retimer: {"index": stream index, "protocol": adapter name}, once paced
 PROFILE_KEY = "retimer_profile"  # Study: the Profile chosen for this flow, used instead of the configured one
-RECORD_KEY = "retimer_record"  # Study: extra fields for this flow's record
+RECORD_KEY = "retimer_record"  # Study, demo, workers, any addon: fields for this flow's record
 CACHE_KEY = "retimer_cache"  # ResponseCache: "hit" | "miss" | "stored" (also a record field)
 CACHE_ENTRY_KEY = "retimer_cache_key"  # ResponseCache: the request's cache key
 CACHE_TOKEN_KEY = "retimer_cache_token"  # ResponseCache: the replay server's token of a hit
@@ -31,6 +32,7 @@ STUDY_LINK_KEY = "retimer_study_link"  # Study: (link kind, conversation key) th
 ARRIVED_KEY = "retimer_arrived"  # Retimer: when the request reached the kernel (epoch s), if before mitmproxy read it
 PAGE_TURN_KEY = "retimer_page_turn"  # StudyPage: this flow is a study page's turn (its id)
 PROMPT_KEY = "retimer_prompt_tokens"  # Retimer: a passthrough stream's (prompt tokens, cached tokens)
+WORKER_KEY = "worker"  # in RECORD_KEY's fields: the worker (1..N) that served the stream
 
 
 @dataclass
@@ -46,14 +48,16 @@ class StreamStartHook(Hook):
 
 @dataclass
 class StreamDoneHook(Hook):
-    """An HTTP stream, or a held whole response, finished. `record` is written after every
-    addon had this hook, so an addon may add a field to it."""
+    """An HTTP stream, or a held whole response, finished. `record` (read-only) is written
+    after every addon had this hook, with `cache` as the flow's CACHE_KEY then says (the cache
+    stores the response here) and the fields of the flow's RECORD_KEY dict (an addon adds its
+    own fields there)."""
 
     name = "retimer_stream_done"
 
     flow: http.HTTPFlow
     pacer: StreamPacer
-    record: dict[str, Any]
+    record: StreamRecord
 
 
 @dataclass
@@ -63,7 +67,7 @@ class RecordHook(Hook):
 
     name = "retimer_record"
 
-    record: dict[str, Any]
+    record: StreamRecord
 
 
 class HookCaller:
@@ -86,12 +90,12 @@ class HookCaller:
 
 
 class RecordListener:
-    """An addon that hands every record to `listener`: the way in for what is not an addon
-    (the live view)."""
+    """An addon that hands every record's JSON form to `listener`: the way in for what is not
+    an addon (the live view, which reads workers' records as JSON too)."""
 
     def __init__(self, listener: Callable[[dict[str, Any]], None], name: str = "retimer_record_listener") -> None:
         self.name = name  # mitmproxy's addon name (one addon per name)
         self.listener = listener
 
-    def retimer_record(self, record: dict[str, Any]) -> None:
-        self.listener(record)
+    def retimer_record(self, record: StreamRecord) -> None:
+        self.listener(record.to_json())

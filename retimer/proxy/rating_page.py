@@ -9,7 +9,6 @@ rates another participant's response.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Protocol
 from urllib.parse import urlencode, urlsplit
@@ -20,6 +19,7 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.proxy.statedb import StateUnavailable
 from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.records.schema import Rating
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.ratings import (
     PATH,
@@ -39,7 +39,7 @@ class RatedStudy(Protocol):
     state: MemoryState | SharedState
     retimer: Retimer  # its records log takes the ratings
 
-    def answered(self, participant: str, unit: object, rating: Mapping[str, object]) -> None:
+    def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written (a staircase study steps on its answer)."""
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -43,6 +42,7 @@ from retimer.proxy.study_state import (
     StateUnavailable,
     UnitFields,
 )
+from retimer.records.schema import Rating, StreamRecord
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
 from retimer.study.participants import (
@@ -277,7 +277,7 @@ class Study:
             fields["staircase"] = stairs.describe()
         return fields
 
-    def answered(self, participant: str, unit: object, rating: Mapping[str, object]) -> None:
+    def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written: in a staircase study, its answer sets the participant's next
         level (a unit's first answer counts)."""
         design = self.design
@@ -296,7 +296,7 @@ class Study:
         if STUDY_LINK_KEY in flow.metadata and pacer.captured is None:
             pacer.captured = bytearray()  # the response names the ids later turns carry
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
         link = flow.metadata.get(STUDY_LINK_KEY)
         if link is None:
             return
@@ -313,19 +313,18 @@ class Study:
         except StateUnavailable as e:  # the next turn starts a unit of its own
             self._warn(f"retimer study: a conversation's link was not kept ({e})")
 
-    def retimer_record(self, record: Mapping[str, object]) -> None:
+    def retimer_record(self, record: StreamRecord) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
-        participant = record.get("participant")
-        if self.design is None or record.get("unit") is None or not isinstance(participant, str):
+        tags = record.study
+        if self.design is None or tags is None or tags.unit is None \
+                or tags.participant is None:
             return
-        entry = {k: record.get(k) for k in ("id", "stream", "study", "participant",
-                                            "condition", "unit")}
-        entry["finished"] = time.strftime("%H:%M:%S")
-        entry["host"] = urlsplit(str(record.get("url", ""))).hostname or ""
-        stream_id = record["id"]
-        assert isinstance(stream_id, str)  # a record's id is its flow's
+        entry: dict[str, object] = {
+            "id": record.id, "stream": record.stream, "study": tags.study,
+            "participant": tags.participant, "condition": tags.condition, "unit": tags.unit,
+            "finished": time.strftime("%H:%M:%S"), "host": urlsplit(record.url).hostname or ""}
         try:
-            self.state.add_rateable(participant, stream_id, entry)
+            self.state.add_rateable(tags.participant, record.id, entry)
         except StateUnavailable as e:
             self._warn(f"retimer study: a stream was not offered for rating ({e})")
 

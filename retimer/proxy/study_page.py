@@ -42,6 +42,8 @@ from retimer.proxy.page_responses import (
 from retimer.proxy.page_state import PageRefused, PageState, Progress
 from retimer.proxy.statedb import StateError, StateUnavailable
 from retimer.proxy.study_addon import Study
+from retimer.records.reader import LogError, read_logs
+from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.page import (
     MAX_MESSAGE,
@@ -293,18 +295,13 @@ class StudyPage:
         if PAGE_TURN_KEY in flow.metadata and pacer.captured is None:
             pacer.captured = bytearray()  # the reply's text joins the server-kept history
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: dict[str, object]) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
         if PAGE_TURN_KEY not in flow.metadata or self.settings is None or self.state is None:
             return
         body = bytes(pacer.captured) if pacer.captured is not None else b""
-        emitted = record.get("emitted") or {}
-        tokens = emitted.get("tokens") if isinstance(emitted, dict) else None
-        ok = record.get("outcome") == "complete"
-        condition, unit = record.get("condition"), record.get("unit")
-        self._finish(flow.id, reply_text(self.settings.api, body), ok,
-                     tokens if isinstance(tokens, int) else 0,
-                     condition if isinstance(condition, str) else None,
-                     unit if isinstance(unit, int) else None)
+        tokens = record.emitted.tokens if record.emitted is not None else None
+        self._finish(flow.id, reply_text(self.settings.api, body), record.outcome == "complete",
+                     tokens or 0, record.condition, record.unit)
 
     def _finish(self, turn: str, reply: str, ok: bool, tokens: int = 0,
                 condition: str | None = None, unit: int | None = None) -> None:
@@ -343,10 +340,11 @@ class StudyPage:
         if log_file is None:
             raise PageRefused(503, "Ratings cannot be saved: the study has no records log.")
         found = self.state.rate(participant, turn)
-        record: dict[str, object] = {"type": "rating", "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                  "stream": turn, "study": design.name, "participant": participant,
-                  "condition": found.condition, "unit": found.unit, "task": found.task,
-                  **values, **({"slow": slow} if self.settings.slow_question else {})}
+        record = Rating(stream=turn, time=datetime.now(UTC).isoformat(timespec="milliseconds"),
+                        scores=values,
+                        slow=slow if self.settings.slow_question and isinstance(slow, bool) else None,
+                        study=design.name, participant=participant, condition=found.condition,
+                        unit=found.unit, task=found.task)
         if not log_file.write(record):  # acknowledged only once it is in the log
             self.state.unrate(participant, turn)
             raise PageRefused(503, "The rating could not be saved: please try again.")
@@ -363,13 +361,10 @@ class StudyPage:
             return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, "
                                                 f"or the confdir's {ADMIN_FILE})"})
         log_file = self.study.retimer.log
-        records: list[dict[str, object]] = []
+        records: list[Record] = []
         if log_file is not None:
-            with contextlib.suppress(OSError):
-                for line in log_file.path.read_text(encoding="utf-8", errors="replace").splitlines():
-                    with contextlib.suppress(ValueError):
-                        if isinstance(obj := json.loads(line), dict):
-                            records.append(obj)
+            with contextlib.suppress(LogError):
+                records = read_logs([log_file.path]).records
         status = summarize(design, records)
         if as_json:
             return json_response(200, status.as_json())
@@ -378,9 +373,8 @@ class StudyPage:
     def _note(self, design: StudyDesign, participant: str, event: str) -> None:
         """A participant's milestone in the records log (for `--status`)."""
         if (log_file := self.study.retimer.log) is not None:
-            log_file.write({"type": "participant", "event": event, "study": design.name,
-                            "participant": participant,
-                            "time": datetime.now(UTC).isoformat(timespec="milliseconds")})
+            log_file.write(ParticipantEvent(
+                design.name, participant, event, datetime.now(UTC).isoformat(timespec="milliseconds")))
 
 
 def _body(flow: http.HTTPFlow) -> dict[str, object]:

@@ -1,77 +1,122 @@
-"""Reading a record log (`--log FILE`) for `retimer fit` and `retimer report`, with filters.
+"""Reading records logs (`--log FILE`): the one reader every command and page uses.
 
 Why lenient: a log is appended to while the proxy runs, so its last line may be half-written,
-and a log may hold lines from older versions. Lines that are not JSON objects are counted and
-skipped, never fatal; a missing or unreadable file is one error line.
-
-Besides stream records (no `type`, or `"type": "stream"`), a study's log holds ratings
-(`"type": "rating"`, retimer.study.ratings): each stream gets its latest score per scale as
-`rating` ({"speed": 5, ...}); lines of other types are left alone.
+and a log may hold lines from older versions and other tools. Lines that are not records are
+counted (with their file and line number) and skipped, never fatal; lines of types this
+version does not know are counted apart; a missing or unreadable file is one error line.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from retimer.records.parse import NotARecord, parse_record
+from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
+
+__all__ = ["BadLine", "Log", "LogError", "describe_filters", "parse_since", "read_lines",
+           "read_logs", "select"]
+
 _AGO = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)\s*", re.I)
 _AGO_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-RATING_SCALES = ("speed", "quality")  # as retimer.study.ratings.SCALES
 
 
 class LogError(Exception):
     """A log that cannot be read, or a filter that cannot be parsed: one line for the user."""
 
 
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is no record: where it is, and why."""
+
+    source: str
+    line: int
+    why: str
+
+
 @dataclass(slots=True)
 class Log:
-    """The records of one log file, and how many lines were not records."""
+    """The records of one or more logs, in file order, and what was not a record."""
 
-    path: Path
-    records: list[dict[str, object]] = field(default_factory=list)  # JSON objects, unchecked
-    bad_lines: int = 0
-    ratings: int = 0  # rating lines joined to their stream
-    rating_lines: list[dict[str, object]] = field(default_factory=list)  # as written (analysis)
+    sources: list[str] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+    bad: list[BadLine] = field(default_factory=list)
+    other_types: int = 0  # lines of record types this version does not know
+
+    @property
+    def streams(self) -> list[StreamRecord]:
+        return [r for r in self.records if isinstance(r, StreamRecord)]
+
+    @property
+    def ratings(self) -> list[Rating]:
+        return [r for r in self.records if isinstance(r, Rating)]
+
+    @property
+    def events(self) -> list[ParticipantEvent]:
+        return [r for r in self.records if isinstance(r, ParticipantEvent)]
+
+    def bad_in(self, source: str) -> list[BadLine]:
+        return [b for b in self.bad if b.source == source]
+
+    def scores(self) -> dict[str, dict[str, float | bool]]:
+        """Each rated stream's scores (stream id -> scale -> score, and `slow` when the page
+        asked): in file order, a later score on a scale replaces an earlier one. Ratings of
+        streams not in the log are left out (see `orphans`)."""
+        known = {s.id for s in self.streams}
+        out: dict[str, dict[str, float | bool]] = {}
+        for r in self.ratings:
+            if r.stream not in known:
+                continue
+            scores = out.setdefault(r.stream, {})
+            scores.update(r.answered())
+            if r.slow is not None:
+                scores["slow"] = r.slow
+        return {k: v for k, v in out.items() if v}
+
+    def orphans(self) -> int:
+        """Ratings of streams that are not in the log."""
+        known = {s.id for s in self.streams}
+        return sum(r.stream not in known for r in self.ratings)
 
 
-def read_log(path: str | Path) -> Log:
-    p = Path(path).expanduser()
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise LogError(f"{path}: no such file") from None
-    except OSError as e:
-        raise LogError(f"{path}: cannot read it ({e.strerror})") from None
-    log = Log(p)
-    ratings: list[dict[str, object]] = []
-    for line in text.splitlines():
+def read_lines(lines: Iterable[str], source: str = "", into: Log | None = None) -> Log:
+    """The records of a log's lines (`source` names them in BadLine)."""
+    log = into if into is not None else Log()
+    log.sources.append(source)
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except (ValueError, RecursionError):
-            log.bad_lines += 1
+            record = parse_record(json.loads(line))
+        except (ValueError, RecursionError) as e:
+            why = str(e) if isinstance(e, NotARecord) else "not JSON"
+            log.bad.append(BadLine(source, number, why))
             continue
-        if not isinstance(rec, dict):
-            log.bad_lines += 1
-        elif rec.get("type") == "rating":
-            ratings.append(rec)
-        elif rec.get("type", "stream") == "stream":
-            log.records.append(rec)
-    by_id = {r.get("id"): r for r in log.records if isinstance(r.get("id"), str)}
-    for rating in ratings:  # in file order: a later score on a scale replaces an earlier one
-        stream = by_id.get(rating.get("stream"))
-        scores = {k: v for k in RATING_SCALES
-                  if isinstance(v := rating.get(k), int) and not isinstance(v, bool)}
-        if stream is not None and scores:
-            current = stream.get("rating")
-            stream["rating"] = {**(current if isinstance(current, dict) else {}), **scores}
-            log.ratings += 1
-    log.rating_lines = ratings
+        if record is None:
+            log.other_types += 1
+        else:
+            log.records.append(record)
+    return log
+
+
+def read_logs(paths: Iterable[str | Path]) -> Log:
+    """The records of the log files, read as one (in the order given)."""
+    log = Log()
+    for path in paths:
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise LogError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise LogError(f"{path}: is a directory, not a records log") from None
+        except OSError as e:
+            raise LogError(f"{path}: cannot read it ({e.strerror})") from None
+        read_lines(text.splitlines(), str(path), log)
     return log
 
 
@@ -91,30 +136,22 @@ def parse_since(value: str, now: datetime | None = None) -> datetime:
     return when.astimezone() if when.tzinfo is None else when
 
 
-def record_time(rec: Mapping[str, object]) -> datetime | None:
-    try:
-        when = datetime.fromisoformat(str(rec.get("time")))
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when
-
-
 def select(
-    records: Iterable[dict[str, object]], protocol: str = "", host: str = "",
+    records: Iterable[StreamRecord], protocol: str = "", host: str = "",
     since: datetime | None = None,
-) -> list[dict[str, object]]:
+) -> list[StreamRecord]:
     """Records of these protocols (comma-separated names), whose URL contains `host`
     (any case), from `since` on."""
     protocols = {p.strip() for p in protocol.split(",") if p.strip()}
     needle = host.lower()
     out = []
     for rec in records:
-        if protocols and rec.get("protocol") not in protocols:
+        if protocols and rec.protocol not in protocols:
             continue
-        if needle and needle not in str(rec.get("url", "")).lower():
+        if needle and needle not in rec.url.lower():
             continue
         if since is not None:
-            when = record_time(rec)
+            when = rec.when
             if when is None or when < since:
                 continue
         out.append(rec)

@@ -13,8 +13,9 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping
 from pathlib import Path
+
+from retimer.records.schema import Record
 
 logger = logging.getLogger("retimer")
 
@@ -34,9 +35,9 @@ class RecordLog:
         self.lost = 0  # records that could not be written
         self._warned: set[int | None] = set()
 
-    def write(self, record: Mapping[str, object]) -> bool:
+    def write(self, record: Record) -> bool:
         """Append the record; False when it could not be written (warned once per kind)."""
-        line = json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n"
+        line = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
         data = line.encode("utf-8")
         with self._lock:
             try:

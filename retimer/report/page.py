@@ -17,6 +17,7 @@ from html import escape
 
 import numpy as np
 
+from retimer.records.schema import StreamRecord
 from retimer.report.fields import group_of, num, profile_of, side_value
 from retimer.report.summary import summary, summary_html
 from retimer.report.svgplot import ROLE_COLORS, Chart, Series, render
@@ -36,9 +37,10 @@ def _staircase(t: np.ndarray, n: np.ndarray) -> tuple[list[float], list[float]] 
     return [0.0, *t.tolist()], [0.0, *np.cumsum(n).astype(float).tolist()]
 
 
-def stream_view(number: int, rec: Mapping[str, object], group_by: str) -> StreamView:
-    view = StreamView(number, rec, group_of(rec, group_by), profile_of(rec))
-    trace = rec.get("trace")
+def stream_view(number: int, rec: StreamRecord, group_by: str,
+                scores: Mapping[str, float | bool] | None = None) -> StreamView:
+    view = StreamView(number, rec, group_of(rec, group_by), profile_of(rec), dict(scores or {}))
+    trace = rec.trace
     if not isinstance(trace, dict):
         return view
     unit = num(trace.get("unit_ms")) or TRACE_UNIT_MS
@@ -57,7 +59,7 @@ def stream_chart(v: StreamView) -> Chart:
                                         ("client received", v.client, "client"),
                                         ("target schedule", v.target, "target"))
               if data is not None]
-    title = f"#{v.number} {v.group} · {rec.get('protocol') or '?'}"
+    title = f"#{v.number} {v.group} · {rec.protocol or '?'}"
     return Chart(title, "ms since request", "tokens", series,
                  note="no trace in this record" if not series else "")
 
@@ -69,7 +71,7 @@ def _ecdf(values: list[float], label: str, color: int, dashed: bool = False) -> 
                   role="reference" if dashed else "")
 
 
-def _distribution(records: Sequence[Mapping[str, object]], groups: list[str], key: str, side_key: str,
+def _distribution(records: Sequence[StreamRecord], groups: list[str], key: str, side_key: str,
                   title: str, unit: str, group_by: str) -> Chart:
     series = []
     for i, g in enumerate(groups):
@@ -87,11 +89,14 @@ def _distribution(records: Sequence[Mapping[str, object]], groups: list[str], ke
                  log_x=log_x, note=f"no {key} in the records")
 
 
-def build(records: Sequence[Mapping[str, object]], title: str, bad_lines: int = 0,
-          whatif: tuple[str, list[SessionResult]] | None = None) -> Report:
-    """The report's data; `whatif` is (what a session is, the sessions at other speeds)."""
-    group_by = "condition" if any(r.get("condition") is not None for r in records) else "profile"
-    views = [stream_view(i + 1, r, group_by) for i, r in enumerate(records)]
+def build(records: Sequence[StreamRecord], title: str, bad_lines: int = 0,
+          whatif: tuple[str, list[SessionResult]] | None = None,
+          scores: Mapping[str, Mapping[str, float | bool]] | None = None) -> Report:
+    """The report's data; `whatif` is (what a session is, the sessions at other speeds),
+    `scores` each rated stream's latest ratings (retimer.records.reader.Log.scores)."""
+    group_by = "condition" if any(r.condition is not None for r in records) else "profile"
+    scores = scores or {}
+    views = [stream_view(i + 1, r, group_by, scores.get(r.id)) for i, r in enumerate(records)]
     groups = sorted({v.group for v in views})
     dists = [
         _distribution(records, groups, "TTFT", "ttft_ms", f"TTFT by {group_by}", "ms",
@@ -101,7 +106,7 @@ def build(records: Sequence[Mapping[str, object]], title: str, bad_lines: int = 
     ]
     bars = []
     for g in groups:
-        flags = [bool(v.record.get("upstream_bound")) for v in views if v.group == g]
+        flags = [bool(v.record.upstream_bound) for v in views if v.group == g]
         share = sum(flags) / len(flags)
         bars.append((g, share, f"{share:.0%} ({sum(flags)}/{len(flags)})"))
     dists.append(Chart(f"Upstream-bound share by {group_by}", series=[], bars=bars, x_max=1.0))
@@ -155,7 +160,7 @@ def render_html(report: Report, now: datetime | None = None, sections: Sequence[
     """The page; `sections` are HTML sections made elsewhere (a study's analysis) that follow
     the table by group."""
     streams = report.streams
-    times = sorted(str(v.record.get("time", "")) for v in streams if v.record.get("time"))
+    times = sorted(v.record.time for v in streams if v.record.time)
     span = (f"{escape(times[0][:19].replace('T', ' '))} to "
             f"{escape(times[-1][:19].replace('T', ' '))} UTC") if times else "no times"
     made = (now or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")

@@ -10,11 +10,12 @@ lines out; the HTML escapes them.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from statistics import median
 
+from retimer.records.schema import StreamRecord
 from retimer.report.fields import profile_of, side_value
 
 MAX_PROFILES_LISTED = 8  # more would wrap the line; the group table lists them all
@@ -34,7 +35,7 @@ def _counts(counter: Counter[str]) -> str:
                                                                                      kv[0])))
 
 
-def _vs(records: Sequence[Mapping[str, object]], key: str, unit: str, digits: int) -> str:
+def _vs(records: Sequence[StreamRecord], key: str, unit: str, digits: int) -> str:
     pairs = [(got, want) for r in records
              if (got := side_value(r, "emitted", key)) is not None
              and (want := side_value(r, "target", key)) is not None]
@@ -45,14 +46,14 @@ def _vs(records: Sequence[Mapping[str, object]], key: str, unit: str, digits: in
             f"({len(pairs)} streams with both)")
 
 
-def summary(records: Sequence[Mapping[str, object]]) -> list[SummaryLine]:
+def summary(records: Sequence[StreamRecord]) -> list[SummaryLine]:
     """Streams, profiles, TTFT, rate, upstream-bound share: always five lines."""
-    outcomes = Counter(str(r.get("outcome") or "unknown") for r in records)
+    outcomes = Counter(r.outcome or "unknown" for r in records)
     profiles = Counter(profile_of(r) for r in records)
     listed = Counter(dict(sorted(profiles.items(), key=lambda kv: (-kv[1], kv[0]))
                           [:MAX_PROFILES_LISTED]))
     more = len(profiles) - len(listed)
-    bound = sum(bool(r.get("upstream_bound")) for r in records)
+    bound = sum(bool(r.upstream_bound) for r in records)
     share = bound / len(records) if records else 0.0
     return [
         SummaryLine("Streams", f"{len(records)}: {_counts(outcomes)}" if records else "0"),

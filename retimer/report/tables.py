@@ -8,13 +8,14 @@ URL or many study fields scroll the table, never the page. Every string is escap
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from html import escape
 
 import numpy as np
 
+from retimer.records.schema import StreamRecord
 from retimer.report.fields import num, side_value
-from retimer.report.views import Report
+from retimer.report.views import Report, StreamView
 
 
 def _ms(v: float | None) -> str:
@@ -29,15 +30,13 @@ def _pct(values: list[float], q: float) -> float | None:
     return float(np.percentile(values, q)) if values else None
 
 
-def _ratings(recs: Sequence[Mapping[str, object]]) -> str:
-    """Mean of each numeric rating: records may carry `rating` as a number or a mapping."""
+def _ratings(views: Sequence[StreamView]) -> str:
+    """Mean of each rating scale over the streams rated on it."""
     sums: dict[str, list[float]] = {}
-    for r in recs:
-        rating = r.get("rating")
-        items = rating.items() if isinstance(rating, dict) else [("rating", rating)]
-        for k, v in items:
-            if (x := num(v)) is not None:
-                sums.setdefault(str(k), []).append(x)
+    for v in views:
+        for k, score in v.scores.items():
+            if (x := num(score)) is not None:
+                sums.setdefault(k, []).append(x)
     return ", ".join(f"{k} {sum(v) / len(v):.2f} (n={len(v)})" for k, v in sorted(sums.items()))
 
 
@@ -68,21 +67,22 @@ def group_table(report: Report) -> str:
                ("upstream-bound", []), ("ratings", [])]
     rows = []
     for g in sorted({v.group for v in report.streams}):
-        recs = [v.record for v in report.streams if v.group == g]
+        group = [v for v in report.streams if v.group == g]
+        recs = [v.record for v in group]
 
-        def vals(side: str, key: str, recs: list[Mapping[str, object]] = recs) -> list[float]:
+        def vals(side: str, key: str, recs: list[StreamRecord] = recs) -> list[float]:
             return [x for r in recs if (x := side_value(r, side, key)) is not None]
-        bound = sum(bool(r.get("upstream_bound")) for r in recs)
+        bound = sum(bool(r.upstream_bound) for r in recs)
         targets = sorted({x for x in vals("target", "tps")})
         ttft = vals("emitted", "ttft_ms")
-        cells = [str(len(recs)), str(sum(r.get("outcome") == "complete" for r in recs)),
+        cells = [str(len(recs)), str(sum(r.outcome == "complete" for r in recs)),
                  _ms(_pct(ttft, 50)), _ms(_pct(ttft, 90)),
                  _ms(_pct(vals("target", "ttft_ms"), 50)),
                  _ms(_pct(vals("upstream", "ttft_ms"), 50)),
                  _rate(_pct(vals("emitted", "tps"), 50)),
                  "/".join(_rate(t) for t in targets) or "-",
                  _rate(_pct(vals("upstream", "tps"), 50)), f"{bound / len(recs):.0%}",
-                 escape(_ratings(recs)) or "-"]
+                 escape(_ratings(group)) or "-"]
         rows.append(f'<tr class="group"><td class="l">{escape(g)}</td>'
                     + "".join(f"<td>{c}</td>" for c in cells[:-1])
                     + f'<td class="l wrap">{cells[-1]}</td></tr>')
@@ -92,9 +92,10 @@ def group_table(report: Report) -> str:
 
 def stream_table(report: Report) -> str:
     """One row per stream, in log order, with its URL cut to the column (whole in a tooltip)."""
-    extra = [k for k in ("condition", "participant") if any(k in v.record for v in report.streams)]
+    extra = [k for k in ("condition", "participant")
+             if any(v.record.study is not None for v in report.streams)]
     sides = ["target", "upstream", "client"]
-    times = [str(v.record.get("time", ""))[:19].replace("T", " ") for v in report.streams]
+    times = [v.record.time[:19].replace("T", " ") for v in report.streams]
     one_day = len({t[:10] for t in times}) == 1  # the date is in the page's header line
     columns = [("#", []), ("time", []), ("profile", []), *[(k, []) for k in extra],
                ("protocol", []), ("outcome", []), ("tokens", []), ("TTFT, ms", sides),
@@ -106,8 +107,8 @@ def stream_table(report: Report) -> str:
         cells = [
             (str(v.number), ""), (escape(time[11:] if one_day else time), "l"),
             (escape(v.profile), "l"),
-            *[(escape(str(r.get(k, ""))), "l") for k in extra],
-            (escape(str(r.get("protocol", ""))), "l"), (escape(str(r.get("outcome", ""))), "l"),
+            *[(escape(str(getattr(r, k) or "")), "l") for k in extra],
+            (escape(r.protocol or ""), "l"), (escape(r.outcome or ""), "l"),
             (str(side_value(r, "emitted", "tokens") or 0).removesuffix(".0"), ""),
             (_ms(side_value(r, "target", "ttft_ms")), ""),
             (_ms(side_value(r, "upstream", "ttft_ms")), ""),
@@ -115,9 +116,9 @@ def stream_table(report: Report) -> str:
             (_rate(side_value(r, "target", "tps")), ""),
             (_rate(side_value(r, "upstream", "tps")), ""),
             (_rate(side_value(r, "emitted", "tps")), ""),
-            ("yes" if r.get("upstream_bound") else "no", ""),
+            ("yes" if r.upstream_bound else "no", ""),
         ]
-        url = escape(str(r.get("url", "")))
+        url = escape(r.url)
         rows.append('<tr class="stream">' + "".join(f'<td class="{c}">{t}</td>' for t, c in cells)
                     + f'<td class="l url" title="{url}">{url}</td></tr>')
     head = _head(columns, left)

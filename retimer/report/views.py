@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from retimer.records.schema import StreamRecord
 from retimer.report.svgplot import Chart
 from retimer.report.whatif import SessionResult
 
@@ -14,9 +14,10 @@ class StreamView:
     """One record as the report draws it: its three cumulative-token staircases."""
 
     number: int
-    record: Mapping[str, object]
+    record: StreamRecord
     group: str
     profile: str
+    scores: dict[str, float | bool] = field(default_factory=dict)  # its latest ratings
     target: tuple[list[float], list[float]] | None = None
     upstream: tuple[list[float], list[float]] | None = None
     client: tuple[list[float], list[float]] | None = None

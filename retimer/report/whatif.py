@@ -13,7 +13,7 @@ time (an error, a cut stream, no tokens, a fallback) keep their recorded wait ev
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from retimer.profile.expected import Calls, expected_waits
 from retimer.profile.model import Profile
-from retimer.records.reader import record_time
-from retimer.report.fields import num, side_value
+from retimer.records.schema import StreamRecord
+from retimer.report.fields import side_value
 
 __all__ = ["BY_CHOICES", "Call", "Figures", "ProfileFigures", "SessionResult", "calls_of",
            "combined", "session_figures", "sessions_of", "start_text", "whatif"]
@@ -45,23 +45,19 @@ class Call:
     unmodelled: str = ""  # why the timing model cannot time it ("" = it can)
 
 
-def _reasoning(rec: Mapping[str, object]) -> bool:
-    for side in ("emitted", "upstream"):
-        part = rec.get(side)
-        channels = part.get("channels") if isinstance(part, dict) else None
-        if isinstance(channels, dict) and (num(channels.get("reasoning")) or 0) > 0:
-            return True
-    return False
+def _reasoning(rec: StreamRecord) -> bool:
+    return any(side is not None and side.channels.get("reasoning", 0) > 0
+               for side in (rec.emitted, rec.upstream))
 
 
-def _why_unmodelled(rec: Mapping[str, object], tokens: int) -> str:
-    outcome = rec.get("outcome")
+def _why_unmodelled(rec: StreamRecord, tokens: int) -> str:
+    outcome = rec.outcome
     if outcome not in (None, "complete"):
         return f"outcome {outcome}"
-    if rec.get("fallback"):
+    if rec.fallback:
         return "fallback (unparsed or capped)"
-    status = num(rec.get("status"))
-    websocket_turn = status == 101 and rec.get("protocol") == "websocket"  # a turn of an open socket
+    status = rec.status
+    websocket_turn = status == 101 and rec.protocol == "websocket"  # a turn of an open socket
     if status is not None and not 200 <= status < 300 and not websocket_turn:
         return f"status {status:.0f}"
     if tokens <= 0:
@@ -69,12 +65,12 @@ def _why_unmodelled(rec: Mapping[str, object], tokens: int) -> str:
     return ""
 
 
-def calls_of(records: Iterable[Mapping[str, object]]) -> tuple[list[Call], int]:
+def calls_of(records: Iterable[StreamRecord]) -> tuple[list[Call], int]:
     """The records as calls, and how many were left out (no time or no duration at all)."""
     calls: list[Call] = []
     skipped = 0
     for rec in records:
-        when = record_time(rec)
+        when = rec.when
         recorded = side_value(rec, "emitted", "duration_ms")
         upstream = side_value(rec, "upstream", "duration_ms")
         if when is None or (recorded is None and upstream is None):
@@ -83,37 +79,34 @@ def calls_of(records: Iterable[Mapping[str, object]]) -> tuple[list[Call], int]:
         recorded_s = (recorded if recorded is not None else upstream or 0.0) / 1000.0
         upstream_s = (upstream if upstream is not None else recorded or 0.0) / 1000.0
         tokens = side_value(rec, "emitted", "tokens") or side_value(rec, "upstream", "tokens")
-        model = m if isinstance(m := rec.get("model"), dict) else {}
-        prompt = num(model.get("prompt_tokens"))
         calls.append(Call(
             start=when.timestamp(), recorded_s=max(recorded_s, 0.0),
             upstream_s=max(upstream_s, 0.0), tokens=int(tokens or 0),
-            prompt_tokens=None if prompt is None else int(prompt),
-            cached_tokens=int(num(model.get("cached_tokens")) or 0),
-            shows_reasoning=_reasoning(rec), whole=rec.get("protocol") == "non-streaming",
+            prompt_tokens=rec.model.prompt_tokens, cached_tokens=rec.model.cached_tokens or 0,
+            shows_reasoning=_reasoning(rec), whole=rec.protocol == "non-streaming",
             unmodelled=_why_unmodelled(rec, int(tokens or 0)),
         ))
     return calls, skipped
 
 
-def sessions_of(logs: Sequence[tuple[str, list[dict[str, object]]]], by: str = "auto"
-                ) -> tuple[str, list[tuple[str, list[dict[str, object]]]]]:
+def sessions_of(logs: Sequence[tuple[str, list[StreamRecord]]], by: str = "auto"
+                ) -> tuple[str, list[tuple[str, list[StreamRecord]]]]:
     """(the grouping used, [(session label, its records)]): a session is a log file, a study
     participant, a conversation, or everything; `auto` takes participants when records
     carry them, else files."""
     if by == "auto":
-        by = "participant" if any(r.get("participant") is not None
+        by = "participant" if any(r.participant is not None
                                   for _, recs in logs for r in recs) else "file"
     if by == "file":
         return by, [(name, recs) for name, recs in logs if recs]
     if by == "all":
         return by, [("all", [r for _, recs in logs for r in recs])]
-    groups: dict[str, list[dict[str, object]]] = {}
+    groups: dict[str, list[StreamRecord]] = {}
     for _, recs in logs:
         for r in recs:
-            key = r.get(by)
-            if by == "conversation" and r.get("participant") is not None:
-                key = f"{r.get('participant')} / {key if key is not None else '-'}"
+            key: object = r.participant if by == "participant" else r.conversation
+            if by == "conversation" and r.participant is not None:
+                key = f"{r.participant} / {key if key is not None else '-'}"
             groups.setdefault("-" if key is None else str(key), []).append(r)
     return by, sorted(groups.items())
 
@@ -180,7 +173,7 @@ def session_figures(starts: np.ndarray, recorded: np.ndarray, waits: np.ndarray
     return between, Figures(waiting, float(w.sum()), between + waiting)
 
 
-def whatif(label: str, records: Sequence[Mapping[str, object]], profiles: Sequence[Profile],
+def whatif(label: str, records: Sequence[StreamRecord], profiles: Sequence[Profile],
            keep_waits: bool = False) -> SessionResult | None:
     """A session's figures: recorded, upstream alone, and per profile (None: no usable call)."""
     calls, skipped = calls_of(records)

@@ -23,6 +23,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from retimer.records.parse import number
+from retimer.records.schema import StreamRecord
 from retimer.study.analysis_data import AnalysisError, StudyData
 
 __all__ = ["Analysis", "Comparison", "Described", "Manipulation", "analyze", "require_extras"]
@@ -91,20 +93,19 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _figure(record: object, side: str, key: str) -> float | None:
-    part = record.get(side) if isinstance(record, dict) else None
-    value = part.get(key) if isinstance(part, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _figure(record: StreamRecord, side: str, key: str) -> float | None:
+    part = getattr(record, side)
+    return None if part is None else number(getattr(part, key))
 
 
-def _med(streams: Sequence[object], side: str, key: str) -> float | None:
+def _med(streams: Sequence[StreamRecord], side: str, key: str) -> float | None:
     return _median([v for s in streams if (v := _figure(s, side, key)) is not None])
 
 
 def manipulation(data: StudyData) -> list[Manipulation]:
     out = []
     for c in data.conditions:
-        mine = [s for s in data.streams if s.get("condition") == c]
+        mine = [s for s in data.streams if s.condition == c]
         out.append(Manipulation(c, len(mine), _med(mine, "target", "ttft_ms"),
                                 _med(mine, "emitted", "ttft_ms"), _med(mine, "target", "tps"),
                                 _med(mine, "emitted", "tps")))

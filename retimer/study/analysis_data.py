@@ -14,10 +14,10 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from retimer.records.schema import Rating, Record, StreamRecord
+
 __all__ = ["AnalysisError", "Rated", "StudyData", "collect", "study_of"]
 
-META = frozenset({"type", "time", "stream", "stream_index", "study", "participant", "condition",
-                  "unit", "task", "conversation", "slow"})
 LOW, HIGH = 1, 7
 
 
@@ -43,7 +43,7 @@ class StudyData:
     conditions: list[str]  # the reference first
     scales: list[str]
     rows: list[Rated]
-    streams: list[Mapping[str, object]]  # the study's unit streams (the manipulation check)
+    streams: list[StreamRecord]  # the study's unit streams (the manipulation check)
     excluded: Counter[str] = field(default_factory=Counter)  # reason -> count
     unrated: list[str] = field(default_factory=list)  # participants with streams, no ratings
 
@@ -72,13 +72,9 @@ class StudyData:
         return any(len(p) > 1 for p in positions.values())
 
 
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def study_of(records: Sequence[Mapping[str, object]], study: str | None) -> str:
+def study_of(records: Sequence[Record], study: str | None) -> str:
     """The one study of the records, or `study` if they hold it; else one line why not."""
-    names = Counter(str(r["study"]) for r in records if isinstance(r.get("study"), str))
+    names = Counter(name for r in records if (name := r.study_name) is not None)
     if not names:
         raise AnalysisError("no study records in the log(s): were they written by `retimer study`?")
     if study is not None:
@@ -92,7 +88,7 @@ def study_of(records: Sequence[Mapping[str, object]], study: str | None) -> str:
     return next(iter(names))
 
 
-def collect(records: Iterable[Mapping[str, object]], study: str | None = None,
+def collect(records: Iterable[Record], study: str | None = None,
             order: Sequence[str] = (), reference: str | None = None) -> StudyData:
     """The rows of one study: every rated unit stream, its latest rating, with exclusions.
 
@@ -100,62 +96,49 @@ def collect(records: Iterable[Mapping[str, object]], study: str | None = None,
     `reference` the one others are compared with (else the first)."""
     records = list(records)
     name = study_of(records, study)
-    mine = [r for r in records if r.get("study") == name]
+    mine = [r for r in records if r.study_name == name]
     excluded: Counter[str] = Counter()
-    streams: dict[str, Mapping[str, object]] = {}
+    streams: dict[str, StreamRecord] = {}
     for r in mine:
-        if r.get("type", "stream") != "stream" or not isinstance(r.get("id"), str):
+        if not isinstance(r, StreamRecord):
             continue
-        if not isinstance(r.get("participant"), str) or not isinstance(r.get("condition"), str):
+        if r.participant is None or r.condition is None:
             excluded["untimed streams (no participant, or the study state was unavailable)"] += 1
             continue
-        if not _number(r.get("unit")):
+        if r.unit is None:
             continue  # a participant's other calls (titles, model lists): not units
-        streams[str(r["id"])] = r
-    latest: dict[str, Mapping[str, object]] = {}
+        streams[r.id] = r
+    latest: dict[str, tuple[dict[str, float], bool | None]] = {}
     for r in mine:
-        if r.get("type") != "rating":
+        if not isinstance(r, Rating):
             continue
-        stream = r.get("stream")
-        if not isinstance(stream, str) or stream not in streams:
+        if r.stream not in streams:
             excluded["ratings of responses not in the log(s)"] += 1
             continue
-        if stream in latest:
-            merged = {**latest[stream], **{k: v for k, v in r.items() if v is not None}}
-            latest[stream] = merged  # a later click on a scale replaces the earlier one
-        else:
-            latest[stream] = r
+        scores, slow = latest.get(r.stream, ({}, None))
+        # a later click on a scale replaces the earlier one
+        latest[r.stream] = ({**scores, **r.answered()}, r.slow if r.slow is not None else slow)
     rows: list[Rated] = []
     scales: list[str] = []
-    for stream_id, rating in latest.items():
+    for stream_id, (scores, slow) in latest.items():
         s = streams[stream_id]
-        scores: dict[str, float] = {}
-        bad = False
-        for key, value in rating.items():
-            if key in META or value is None or not _number(value):
-                continue
-            if not LOW <= float(str(value)) <= HIGH:
-                bad = True
-                break
-            scores[key] = float(str(value))
-            if key not in scales:
-                scales.append(key)
-        if bad:
+        if any(not LOW <= v <= HIGH for v in scores.values()):
             excluded[f"ratings out of range ({LOW}-{HIGH})"] += 1
             continue
+        scales += [k for k in scores if k not in scales]
         if not scores:
             excluded["ratings with no score"] += 1
             continue
-        if s.get("upstream_bound") is True:
+        if s.upstream_bound is True:
             excluded["responses the upstream paced (upstream-bound)"] += 1
             continue
-        slow = rating.get("slow")
-        rows.append(Rated(participant=str(s["participant"]), condition=str(s["condition"]),
-                          position=int(str(s["unit"])), scores=scores,
-                          slow=slow if isinstance(slow, bool) else None, stream=stream_id))
+        assert s.participant is not None and s.condition is not None and s.unit is not None
+        rows.append(Rated(participant=s.participant, condition=s.condition, position=s.unit,
+                          scores={k: float(v) for k, v in scores.items()}, slow=slow,
+                          stream=stream_id))
     rated = {r.participant for r in rows}
-    unrated = sorted({str(s["participant"]) for s in streams.values()} - rated)
-    seen = list(dict.fromkeys([*order, *(str(s["condition"]) for s in streams.values())]))
+    unrated = sorted({str(s.participant) for s in streams.values()} - rated)
+    seen = list(dict.fromkeys([*order, *(str(s.condition) for s in streams.values())]))
     conditions = [c for c in seen if any(r.condition == c for r in rows)]
     if reference is not None:
         if reference not in conditions:

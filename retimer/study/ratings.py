@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from urllib.parse import parse_qsl
 
+from retimer.records.schema import Rating
+
 __all__ = ["PATH", "SCALES", "RatingError", "parse_rating", "rating_page", "rating_record"]
 
 PATH = "/rate"
@@ -70,17 +72,24 @@ def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | b
 
 
 def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | bool | None],
-                  time_iso: str) -> dict[str, object]:
-    """The log line for a rating of `stream` (that stream's record, or its study fields)."""
-    return {
-        "type": "rating",
-        "time": time_iso,
-        "stream": stream["id"],
-        "stream_index": stream.get("stream"),
-        **{k: stream.get(k) for k in STUDY_FIELDS if k in stream},
-        **{name: scores.get(name) for name in SCALES},
-        **({"slow": scores["slow"]} if "slow" in scores else {}),
-    }
+                  time_iso: str) -> Rating:
+    """The rating of `stream` (its rateable entry: id, index and study fields)."""
+    def text(key: str) -> str | None:
+        return value if isinstance(value := stream.get(key), str) else None
+
+    def count(key: str) -> int | None:
+        value = stream.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    slow = scores.get("slow")
+    return Rating(
+        stream=str(stream["id"]), time=time_iso,
+        scores={name: v if isinstance(v := scores.get(name), int) and not isinstance(v, bool)
+                else None for name in SCALES},
+        slow=slow if isinstance(slow, bool) else None, stream_index=count("stream"),
+        study=text("study"), participant=text("participant"), condition=text("condition"),
+        unit=count("unit"),
+    )
 
 
 def latest_json(latest: Mapping[str, object] | None) -> str:

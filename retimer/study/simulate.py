@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from retimer.records.schema import Rating, Record, Side, StreamRecord, StudyTags, Target
 from retimer.study.design import williams_square
 from retimer.study.staircase import StaircaseSettings, level_name, position_after
 
@@ -25,7 +26,7 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
                      effects: Sequence[float], seed: int, *, person_sd: float = 0.8,
                      noise_sd: float = 1.0, base: float = 4.0, drift: float = 0.15,
                      scale: str = "speed", study: str = "simulated",
-                     upstream_bound: float = 0.0) -> list[dict[str, object]]:
+                     upstream_bound: float = 0.0) -> list[Record]:
     """Stream and rating records of a simulated study.
 
     `effects[i]` is condition i's effect in rating points (effects[0], the reference's, is
@@ -40,7 +41,7 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
     rng = np.random.default_rng(seed)
     n = len(conditions)
     square = williams_square(n)
-    records: list[dict[str, object]] = []
+    records: list[Record] = []
     for k in range(participants):
         person = f"P{k + 1}"
         offset = rng.normal(0.0, person_sd)
@@ -57,14 +58,13 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
             latent = base + offset + effects[c] + period + rng.normal(0.0, noise_sd)
             score = int(min(7, max(1, round(float(latent)))))
             bound = bool(rng.random() < upstream_bound)
-            records.append({"id": stream, "study": study, "participant": person,
-                            "condition": conditions[c], "unit": position, "outcome": "complete",
-                            "upstream_bound": bound,
-                            "target": {"ttft_ms": 100.0 * (c + 1), "tps": 50.0 * (n - c)},
-                            "emitted": {"ttft_ms": 100.0 * (c + 1) + 2, "tps": 50.0 * (n - c) - 1}})
-            records.append({"type": "rating", "stream": stream, "study": study,
-                            "participant": person, "condition": conditions[c], "unit": position,
-                            scale: score})
+            tags = StudyTags(study, person, conditions[c], position)
+            records.append(StreamRecord(
+                id=stream, study=tags, outcome="complete", upstream_bound=bound,
+                target=Target(100.0 * (c + 1), 50.0 * (n - c)),
+                emitted=Side(ttft_ms=100.0 * (c + 1) + 2, tps=50.0 * (n - c) - 1)))
+            records.append(Rating(stream=stream, scores={scale: score}, study=study,
+                                  participant=person, condition=conditions[c], unit=position))
     return records
 
 
@@ -79,7 +79,7 @@ def feels_slow(vary: str, stimulus: float, threshold: float, spread: float) -> f
 
 def simulate_staircase(settings: StaircaseSettings, thresholds: Sequence[float], units: int,
                        seed: int, *, spread: float = 0.12, delivery_sd: float = 0.0,
-                       study: str = "simulated-staircase") -> list[dict[str, object]]:
+                       study: str = "simulated-staircase") -> list[Record]:
     """Stream and rating records of a staircase study whose participant k has threshold
     `thresholds[k]` (ms or tok/s): each unit's level follows their answers
     (retimer.study.staircase.position_after), the delivered stimulus is the level times a log-normal
@@ -87,7 +87,7 @@ def simulate_staircase(settings: StaircaseSettings, thresholds: Sequence[float],
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    records: list[dict[str, object]] = []
+    records: list[Record] = []
     key = "ttft_ms" if settings.vary == "ttft" else "tps"
     for k, threshold in enumerate(thresholds):
         person = f"P{k + 1}"
@@ -99,10 +99,11 @@ def simulate_staircase(settings: StaircaseSettings, thresholds: Sequence[float],
             slow = bool(rng.random() < feels_slow(settings.vary, stimulus, threshold, spread))
             answered.append((level, slow))
             stream = f"{person}-{unit}"
-            records.append({"id": stream, "type": "stream", "study": study, "participant": person,
-                            "condition": level_name(settings.vary, value), "unit": unit,
-                            "level": value, "outcome": "complete", "upstream_bound": False,
-                            "target": {key: value}, "emitted": {key: stimulus}})
-            records.append({"type": "rating", "time": f"{k:04d}-{unit:06d}", "stream": stream,
-                            "study": study, "participant": person, "unit": unit, "slow": slow})
+            tags = StudyTags(study, person, level_name(settings.vary, value), unit, level=value)
+            records.append(StreamRecord(
+                id=stream, study=tags, outcome="complete", upstream_bound=False,
+                target=Target(ttft_ms=value) if key == "ttft_ms" else Target(tps=value),
+                emitted=Side(ttft_ms=stimulus) if key == "ttft_ms" else Side(tps=stimulus)))
+            records.append(Rating(stream=stream, time=f"{k:04d}-{unit:06d}", slow=slow,
+                                  study=study, participant=person, unit=unit))
     return records

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from retimer.profile.model import ProfileError
 from retimer.profile.units import parse_duration, parse_rate
+from retimer.records.schema import Rating
 
 __all__ = ["VARIES", "Answer", "StaircaseError", "StaircaseSettings", "StairState",
            "converges_on", "level_name", "parse_description", "parse_staircase", "position_after"]
@@ -57,15 +58,12 @@ class Answer:
     scale: str = ""  # empty: the yes/no question ("slow" in the rating)
     cut: int = 0
 
-    def of(self, rating: Mapping[str, object]) -> bool | None:
+    def of(self, rating: Rating) -> bool | None:
         """The answer a rating gives (None: it does not answer)."""
         if not self.scale:
-            slow = rating.get("slow")
-            return slow if isinstance(slow, bool) else None
-        value = rating.get(self.scale)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            return None
-        return value <= self.cut
+            return rating.slow
+        value = rating.scores.get(self.scale)
+        return None if value is None else value <= self.cut
 
     def __str__(self) -> str:
         return f"{self.scale} <= {self.cut}" if self.scale else "slow"

@@ -10,9 +10,10 @@ the pace). `retimer study STUDY.yaml --status [LOG ...]` prints it; the study pa
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.study.design import StudyDesign, williams_square
 from retimer.study.staircase import StaircaseSettings, position_after
 
@@ -68,63 +69,59 @@ class StudyStatus:
                               for p, s in sorted(self.stairs.items())}}
 
 
-def summarize(design: StudyDesign, records: Iterable[Mapping[str, object]]) -> StudyStatus:
-    """The figures of `design`'s study in `records` (a log's parsed lines, any order)."""
+def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
+    """The figures of `design`'s study in `records` (a log's records, any order)."""
     status = StudyStatus(design.name)
     by_name = {c: ConditionStatus(c) for c in design.names}
     people: set[str] = set()
     finished: set[str] = set()
     units: dict[tuple[str, int], str] = {}
     streams: dict[str, tuple[str, int]] = {}  # a staircase's unit streams, for their answers
-    answers: list[Mapping[str, object]] = []
+    answers: list[Rating] = []
     for r in records:
-        if r.get("study") != design.name:
-            if r.get("study") is not None:
+        if (study := r.study_name) != design.name:
+            if study is not None:
                 status.other_studies += 1
             continue
-        kind = r.get("type", "stream")
-        participant = r.get("participant")
-        condition = r.get("condition")
-        if kind == "participant":
-            if isinstance(participant, str):
-                people.add(participant)
-                if r.get("event") == "finished":
-                    finished.add(participant)
+        if isinstance(r, ParticipantEvent):
+            people.add(r.participant)
+            if r.event == "finished":
+                finished.add(r.participant)
             continue
-        if kind == "rating":
+        if isinstance(r, Rating):
             status.ratings += 1
-            if isinstance(participant, str):
-                people.add(participant)
-            if isinstance(condition, str) and condition in by_name:
-                by_name[condition].ratings += 1
+            if r.participant is not None:
+                people.add(r.participant)
+            if r.condition is not None and r.condition in by_name:
+                by_name[r.condition].ratings += 1
             answers.append(r)
             continue
-        if kind != "stream":
-            continue
-        if not isinstance(participant, str) or not isinstance(condition, str) \
-                or condition not in by_name:
+        tags = r.study
+        assert isinstance(r, StreamRecord) and tags is not None  # its study is this one
+        participant, condition = tags.participant, tags.condition
+        if participant is None or condition is None or condition not in by_name:
             status.untimed += 1
             continue
         people.add(participant)
         entry = by_name[condition]
         entry.streams += 1
-        unit = r.get("unit")
-        if isinstance(unit, int) and not isinstance(unit, bool):
+        unit = tags.unit
+        if unit is not None:
             if (participant, unit) not in units:
                 units[(participant, unit)] = condition
                 entry.units += 1
                 status.positions.setdefault(unit, Counter())[condition] += 1
-            if r.get("upstream_bound") is True:
+            if r.upstream_bound is True:
                 entry.excluded += 1
-            level = r.get("level")
-            if design.staircase is not None and isinstance(level, int | float):
+            level = tags.level
+            if design.staircase is not None and level is not None:
                 status.stairs.setdefault(participant, StairProgress()).units.setdefault(unit, float(level))
-                streams[str(r.get("id"))] = (participant, unit)
+                streams[r.id] = (participant, unit)
     status.participants, status.finished, status.units = len(people), len(finished), len(units)
     if design.staircase is not None:
-        for r in sorted(answers, key=lambda r: str(r.get("time", ""))):
+        for r in sorted(answers, key=lambda r: r.time):
             slow = design.staircase.answer.of(r)
-            if (key := streams.get(str(r.get("stream")))) is not None and slow is not None:
+            if (key := streams.get(r.stream)) is not None and slow is not None:
                 status.stairs[key[0]].answers.setdefault(key[1], slow)
     else:
         for (participant, unit) in units:  # what the design gives the units run so far

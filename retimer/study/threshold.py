@@ -24,9 +24,11 @@ import math
 import statistics
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from retimer.records.parse import number
+from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.analysis_data import AnalysisError
 from retimer.study.staircase import Answer, StaircaseSettings, parse_description
 
@@ -80,12 +82,6 @@ class Thresholds:
         return [p for p in self.people if p.threshold is not None]
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def _vary_of(name: str) -> str | None:
     for vary in ("ttft", "tps"):
         if name.startswith(f"{vary}-"):
@@ -93,41 +89,41 @@ def _vary_of(name: str) -> str | None:
     return None
 
 
-def collect_trials(records: Iterable[Mapping[str, object]], study: str,
+def collect_trials(records: Iterable[Record], study: str,
                    answer: Answer = SLOW) -> tuple[str, list[Trial], Counter[str]]:
     """(what varies, the trials, what was left out) of a staircase study's records."""
-    units: dict[tuple[str, int], Mapping[str, object]] = {}
+    units: dict[tuple[str, int], StreamRecord] = {}
     excluded: Counter[str] = Counter()
     vary = ""
-    ratings: list[Mapping[str, object]] = []
+    ratings: list[Rating] = []
     streams: dict[str, tuple[str, int]] = {}
     for r in records:
-        if r.get("study") != study:
+        if r.study_name != study:
             continue
-        if r.get("type") == "rating":
+        if isinstance(r, Rating):
             ratings.append(r)
             continue
-        if r.get("type", "stream") != "stream" or (level := _number(r.get("level"))) is None:
+        if not isinstance(r, StreamRecord) or r.study is None or r.study.level is None:
             continue
-        participant, unit = r.get("participant"), r.get("unit")
-        if not isinstance(participant, str) or not isinstance(unit, int) or isinstance(unit, bool):
+        participant, unit = r.participant, r.unit
+        if participant is None or unit is None:
             continue
-        found = _vary_of(str(r.get("condition", "")))
+        found = _vary_of(r.condition or "")
         if found is None:
             continue
         vary = vary or found
-        streams[str(r.get("id"))] = (participant, unit)
+        streams[r.id] = (participant, unit)
         units.setdefault((participant, unit), r)  # the unit's first stream is its stimulus
     if not units:
         raise AnalysisError(f"study '{study}' has no staircase units in the log(s) (their stream "
                             "records carry a level)")
     answers: dict[tuple[str, int], bool] = {}
-    for r in sorted(ratings, key=lambda r: str(r.get("time", ""))):
-        key = streams.get(str(r.get("stream")))
+    for rating in sorted(ratings, key=lambda r: r.time):
+        key = streams.get(rating.stream)
         if key is None:
             excluded["ratings of responses not in the log(s)"] += 1
             continue
-        slow = answer.of(r)
+        slow = answer.of(rating)
         if slow is not None:
             answers.setdefault(key, slow)  # the first answer moved the walk
     trials: list[Trial] = []
@@ -136,13 +132,14 @@ def collect_trials(records: Iterable[Mapping[str, object]], study: str,
             excluded["units with no answer"] += 1
             continue
         r = units[key]
-        if r.get("upstream_bound") is True:
+        if r.upstream_bound is True:
             excluded["units the upstream paced (upstream-bound)"] += 1
             continue
-        level = float(str(r["level"]))
-        emitted = r.get("emitted")
-        figure = emitted.get("ttft_ms" if vary == "ttft" else "tps") if isinstance(emitted, Mapping) else None
-        stimulus = _number(figure)
+        assert r.study is not None and r.study.level is not None  # only such units were kept
+        level = float(r.study.level)
+        emitted = r.emitted
+        figure = None if emitted is None else emitted.ttft_ms if vary == "ttft" else emitted.tps
+        stimulus = number(figure)
         trials.append(Trial(key[0], key[1], level, stimulus if stimulus and stimulus > 0 else level,
                             answers[key]))
     return vary, trials, excluded
@@ -256,17 +253,18 @@ def fit_thresholds(study: str, vary: str, trials: Sequence[Trial], target: float
                       group_ci, excluded or Counter(), notes, list(trials))
 
 
-def staircase_of(records: Iterable[Mapping[str, object]], study: str) -> tuple[float, Answer] | None:
+def staircase_of(records: Iterable[Record], study: str) -> tuple[float, Answer] | None:
     """(the share of "slow" its rule converges on, its answer) when `study` is a staircase study,
     as its unit records say (`staircase`); else None."""
     for r in records:
-        if r.get("study") == study and isinstance(text := r.get("staircase"), str):
-            if (found := parse_description(text)) is not None:
+        if isinstance(r, StreamRecord) and r.study is not None and r.study.study == study \
+                and r.study.staircase is not None:
+            if (found := parse_description(r.study.staircase)) is not None:
                 return found
     return None
 
 
-def thresholds(records: Sequence[Mapping[str, object]], study: str,
+def thresholds(records: Sequence[Record], study: str,
                settings: StaircaseSettings | None = None) -> Thresholds | None:
     """The thresholds of a staircase study (the study file's `settings` over what its records
     say); None when `study` is not one."""

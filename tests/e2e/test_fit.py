@@ -17,21 +17,23 @@ import numpy as np
 import pytest
 
 from retimer.cli import fit_cmd
-from retimer.profile.fit import Fit, fit_streams, streams_from, to_yaml
+from retimer.profile.fit import Fit, fit_streams, to_yaml
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile
+from retimer.records.fit_input import streams_from
 from retimer.timing.model import StallSpec
 from retimer.wire.protocols.anthropic_messages import AnthropicMessagesAdapter
 from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
 from retimer.wire.tokenizer import split_tokens
 from tests.support import synthetic_traffic
 from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.records import streams as typed
 from tests.support.stream_bodies import load_fixture, make_openai_stream, split_events
 from tests.support.upstream import FakeLLM
 
 
 def _fit(records: list[dict]) -> Fit:
-    streams, _ = streams_from(records)
+    streams, _ = streams_from(typed(records))
     return fit_streams(streams)
 
 
@@ -126,7 +128,7 @@ def test_records_left_out_and_why() -> None:
         {"fallback": "ValueError: bad"}, {"trace": None},
         {"trace": {"unit_ms": 0.01, "upstream": {"t": [5, 5], "n": [0, 0]}}},
     ]
-    streams, skipped = streams_from([good, *({**good, **v} for v in variants)])
+    streams, skipped = streams_from(typed([good, *({**good, **v} for v in variants)]))
     assert len(streams) == 1
     assert skipped == {"not complete": 1, "non-streaming": 1, "cache hit": 1, "unparsed": 1,
                        "no trace": 1, "no tokens": 1}
@@ -153,7 +155,7 @@ def test_yaml_loads_with_the_fitted_numbers(tmp_path: Path) -> None:
     assert haiku.stalls is not None
     p = dataclasses.replace(haiku, stalls=StallSpec(3.0, haiku.stalls.duration))
     recs = synthetic_traffic.records(p, 400, (100, 300), seed=9, prompts=(500, 30000))
-    streams, skipped = streams_from(recs)
+    streams, skipped = streams_from(typed(recs))
     fit = fit_streams(streams)
     assert fit.stall_ms is not None and fit.prefill is not None
     path = tmp_path / "fitted.yaml"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from retimer.records.redact import redact_url
+from retimer.records.schema import Rating, StreamRecord
 from retimer.records.writer import RecordLog
 from retimer.wire.hosts import allow_hosts, host_pattern, is_llm_host
 
@@ -63,11 +64,14 @@ def test_secret_query_values_are_redacted() -> None:
 
 def test_record_log_appends_json_lines(tmp_path: Path) -> None:
     log = RecordLog(tmp_path / "sub" / "r.jsonl")
-    log.write({"a": 1, "text": "é"})
-    log.write({"a": 2})
+    log.write(StreamRecord(id="1", url="https://é.test/"))
+    log.write(Rating(stream="1", scores={"speed": 2}))
     log.close()
-    lines = (tmp_path / "sub" / "r.jsonl").read_text(encoding="utf-8").splitlines()
-    assert [json.loads(x)["a"] for x in lines] == [1, 2]
+    text = (tmp_path / "sub" / "r.jsonl").read_text(encoding="utf-8")
+    assert "https://é.test/" in text  # UTF-8, not escaped
+    lines = [json.loads(x) for x in text.splitlines()]
+    assert [x.get("id") or x.get("stream") for x in lines] == ["1", "1"]
+    assert lines[1] == {"type": "rating", "time": "", "stream": "1", "speed": 2}
 
 
 def test_a_record_log_on_a_full_disk_warns_once_and_never_raises(
@@ -75,7 +79,7 @@ def test_a_record_log_on_a_full_disk_warns_once_and_never_raises(
 ) -> None:
     log = RecordLog("/dev/full")  # Linux's always-full device (CI runs on Linux)
     for i in range(3):
-        log.write({"a": i, "pad": "x" * 10000})  # more than the file buffer: the write fails
+        log.write(StreamRecord(id=str(i), url="x" * 10000))  # more than the file buffer: it fails
     log.close()
     assert log.lost == 3
     warnings = [r.getMessage() for r in caplog.records]

@@ -23,6 +23,7 @@ from PIL import Image
 
 from retimer.report.page import build, render_html
 from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.records import streams
 from tests.support.upstream import FakeLLM
 
 CHROMIUM = "/usr/bin/chromium"
@@ -58,7 +59,7 @@ def _study_log(records: list[dict], path: Path) -> list[dict]:
     out, ratings = [], []
     for i, r in enumerate(records):
         r = json.loads(json.dumps(r))
-        r.update(condition="fast" if i % 2 else "slow <b>x</b>", participant=f"p{i % 2}")
+        r.update(study="s", condition="fast" if i % 2 else "slow <b>x</b>", participant=f"p{i % 2}")
         out.append(r)
         ratings.append({"type": "rating", "stream": r["id"], "speed": 2 + 2 * (i % 2),
                         "quality": None})
@@ -205,7 +206,7 @@ def test_records_without_a_trace_still_get_a_row_and_a_chart() -> None:
            "target": {"ttft_ms": 100.0, "tps": 50.0},
            "upstream": {"ttft_ms": 10.0, "tps": 900.0, "tokens": 5},
            "emitted": {"ttft_ms": 101.0, "tps": 49.0, "tokens": 5}, "upstream_bound": False}
-    page = render_html(build([old, {**old, "id": "y", "upstream_bound": True}], "old & new"))
+    page = render_html(build(streams([old, {**old, "id": "y", "upstream_bound": True}]), "old & new"))
     assert page.count('<svg class="stream"') == 2 and page.count('<tr class="stream">') == 2
     assert "no trace in this record" in page and "https://a.test/&lt;x&gt;" in page
     assert "old &amp; new" in page and "50% (1/2)" in page

@@ -5,6 +5,7 @@ line; the command reads real logs and writes its page."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -14,11 +15,13 @@ from pathlib import Path
 
 import pytest
 
+from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.analysis import analyze
 from retimer.study.analysis_data import AnalysisError, collect
 from retimer.study.analysis_view import summary_line
 from retimer.study.simulate import simulate_records
 from tests.support.proxy import run_cli
+from tests.support.records import jsonl, typed
 
 SEEDS = 200
 DESIGNS = {"between": (40, 1), "within": (24, 1), "latin-square": (24, 4)}  # participants, units
@@ -41,11 +44,11 @@ def test_the_interval_holds_a_known_effect_and_p_keeps_its_rate(design: str) -> 
     assert 0.015 <= false_positives / SEEDS <= 0.09, (design, false_positives / SEEDS)
 
 
-def _participant_means(records: list[dict[str, object]]) -> dict[str, dict[str, float]]:
+def _participant_means(records: list[Record]) -> dict[str, dict[str, float]]:
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
-        if r.get("type") == "rating":
-            cells[(str(r["condition"]), str(r["participant"]))].append(float(r["speed"]))  # type: ignore[arg-type]
+        if isinstance(r, Rating) and (speed := r.scores["speed"]) is not None:
+            cells[(str(r.condition), str(r.participant))].append(speed)
     out: dict[str, dict[str, float]] = defaultdict(dict)
     for (c, p), v in cells.items():
         out[c][p] = sum(v) / len(v)
@@ -80,11 +83,11 @@ def test_the_figures_are_scipy_and_statsmodels_own() -> None:
     records = simulate_records("latin-square", ["fast", "slow", "slower"], 18, 6,
                                [0.0, -0.5, -1.2], seed=6)
     mixed = analyze(collect(records)).comparisons
-    rows = [r for r in records if r.get("type") == "rating"]
-    frame = pd.DataFrame({"score": [float(r["speed"]) for r in rows],  # type: ignore[arg-type]
-                          "condition": [r["condition"] for r in rows],
-                          "position": [r["unit"] for r in rows],
-                          "participant": [r["participant"] for r in rows]})
+    rows = [r for r in records if isinstance(r, Rating)]
+    frame = pd.DataFrame({"score": [r.scores["speed"] for r in rows],
+                          "condition": [r.condition for r in rows],
+                          "position": [r.unit for r in rows],
+                          "participant": [r.participant for r in rows]})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fit = smf.mixedlm("score ~ C(condition, Treatment(reference='fast')) + C(position)",
@@ -100,14 +103,15 @@ def test_the_figures_are_scipy_and_statsmodels_own() -> None:
 def test_what_is_left_out_is_counted_and_said() -> None:
     records = simulate_records("latin-square", ["fast", "slow"], 12, 4, [0.0, -1.0], seed=7,
                                upstream_bound=0.1)
-    records.append({"type": "rating", "stream": "P1-0", "study": "simulated", "speed": 9})
-    records.append({"type": "rating", "stream": "nowhere", "study": "simulated", "speed": 3})
-    records.append({"id": "P99-0", "study": "simulated", "participant": "P99",
-                    "condition": "fast", "unit": 0})
+    records += typed([{"type": "rating", "stream": "P1-0", "study": "simulated", "speed": 9},
+                      {"type": "rating", "stream": "nowhere", "study": "simulated", "speed": 3},
+                      {"id": "P99-0", "study": "simulated", "participant": "P99",
+                       "condition": "fast", "unit": 0}])
     data = collect(records)
-    bound = sum(1 for r in records if r.get("upstream_bound") is True)
+    streams = [r for r in records if isinstance(r, StreamRecord)]
+    bound = sum(1 for r in streams if r.upstream_bound is True)
     assert bound and data.excluded["responses the upstream paced (upstream-bound)"] == bound - (
-        1 if any(r.get("id") == "P1-0" and r.get("upstream_bound") for r in records) else 0)
+        1 if any(r.id == "P1-0" and r.upstream_bound for r in streams) else 0)
     assert data.excluded["ratings of responses not in the log(s)"] == 1
     assert data.unrated == ["P99"]
     analysis = analyze(data)
@@ -124,16 +128,15 @@ def test_what_is_left_out_is_counted_and_said() -> None:
 ])
 def test_bad_logs_are_one_line(records: list[dict[str, object]], needle: str) -> None:
     with pytest.raises(AnalysisError, match=needle.replace("(", r"\(").replace(")", r"\)")):
-        collect(records)
+        collect(typed(records))
 
 
 def test_one_condition_left_is_one_line(tmp_path: Path) -> None:
     records = simulate_records("within", ["fast", "slow"], 6, 1, [0.0, 0.0], seed=1)
-    for r in records:
-        if r.get("condition") == "slow" and "type" not in r:
-            r["upstream_bound"] = True
+    records = [dataclasses.replace(r, upstream_bound=True)
+               if isinstance(r, StreamRecord) and r.condition == "slow" else r for r in records]
     log = tmp_path / "one.jsonl"
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text(jsonl(records))
     done = run_cli("study", "analyze", str(log))
     assert done.returncode == 2
     assert done.stderr.strip() == ("retimer: error: study simulated: only fast has ratings left "
@@ -144,7 +147,7 @@ def test_one_condition_left_is_one_line(tmp_path: Path) -> None:
 def test_the_command_prints_writes_and_answers_json(tmp_path: Path) -> None:
     log = tmp_path / "study.jsonl"
     records = simulate_records("latin-square", ["fast", "slow"], 16, 4, [0.0, -1.0], seed=2)
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text(jsonl(records))
     page = tmp_path / "analysis.html"
     done = run_cli("study", "analyze", str(log), "--html", str(page), "--power", "0.5")
     assert done.returncode == 0, done.stderr
@@ -171,9 +174,8 @@ def test_the_command_prints_writes_and_answers_json(tmp_path: Path) -> None:
 
 def test_degenerate_ratings_are_said_not_crashed() -> None:
     records = simulate_records("latin-square", ["a", "b"], 8, 2, [0.0, 0.0], seed=1)
-    for r in records:
-        if r.get("type") == "rating":
-            r["speed"], r["quality"] = 3 + int(r["unit"]), 6  # type: ignore[call-overload]
+    records = [dataclasses.replace(r, scores={"speed": 3 + int(r.unit or 0), "quality": 6})
+               if isinstance(r, Rating) else r for r in records]
     analysis = analyze(collect(records))
     assert analysis.comparisons == []
     assert analysis.notes == ["speed: the mixed model could not be fitted (Singular matrix)",
@@ -186,7 +188,7 @@ def test_the_report_has_the_analysis_section(tmp_path: Path) -> None:
 
     log = tmp_path / "study.jsonl"
     records = simulate_records("latin-square", ["fast", "slow"], 8, 4, [0.0, -1.0], seed=3)
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text(jsonl(records))
     summary = run_cli("study", "analyze", str(log)).stdout.splitlines()[2]
     out = tmp_path / "report.html"
     done = run_cli("report", str(log), "-o", str(out))

@@ -286,14 +286,14 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
     import io
 
     from retimer.cli.export import write_csv
-    from retimer.records.export import read_log
+    from retimer.records.reader import read_lines
 
     stream = {"id": "s1", "emitted": {"ttft_ms": 50.0}, "participant": "P1", "condition": "a",
               "unit": 0, "study": "x"}
     rating = {"type": "rating", "stream": "s1", "participant": "P1", "unit": 0, "task": 0,
               "speed": 3, "effort": 6, "slow": True}
     out = io.StringIO()
-    write_csv(read_log([json.dumps(stream), json.dumps(rating)]), out)
+    write_csv(read_lines([json.dumps(stream), json.dumps(rating)]), out)
     row = next(csv.DictReader(io.StringIO(out.getvalue())))
     assert (row["rating_speed"], row["rating_quality"], row["rating_slow"], row["rating_effort"]) == (
         "3", "", "true", "6")
@@ -302,20 +302,22 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
 
 def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
     from retimer.study.status import status_lines, summarize
+    from tests.support.records import typed
 
     design, _ = load_study(str(page_study(tmp_path)))
     first = design.condition("P1", 0).name
     other = design.condition("P1", 1).name
-    records = [
+    records = typed([
         {"type": "participant", "event": "consented", "study": "page-study", "participant": "P1"},
         {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},
         {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},  # a retry
         {"study": "page-study", "participant": "P1", "condition": other, "unit": 1,
          "upstream_bound": True},
-        {"type": "rating", "study": "page-study", "participant": "P1", "condition": other},
+        {"type": "rating", "stream": "s3", "study": "page-study", "participant": "P1",
+         "condition": other},
         {"study": "page-study", "participant": None, "condition": None, "unit": None},
         {"study": "another", "participant": "P9", "condition": "x", "unit": 0},
-    ]
+    ])
     status = summarize(design, records)
     assert (status.participants, status.finished, status.units, status.ratings) == (1, 0, 2, 1)
     by = {c.name: c for c in status.conditions}

@@ -12,6 +12,7 @@ import re
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 import yaml
 
 from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.design import StudyError, parse_study
 from retimer.study.simulate import feels_slow, simulate_staircase
 from retimer.study.staircase import (
@@ -33,6 +35,7 @@ from retimer.study.staircase import (
 from retimer.study.threshold import collect_trials, fit_thresholds, thresholds
 from tests.support.paths import ROOT
 from tests.support.proxy import run_cli
+from tests.support.records import jsonl, typed
 from tests.support.stream_bodies import make_openai_stream
 from tests.support.study import TEXT, ManyProxy
 from tests.support.upstream import FakeLLM
@@ -96,8 +99,11 @@ def test_descriptions_and_answers_round_trip() -> None:
     assert parse_description(s.describe()) == (pytest.approx(converges_on(3, 1)), Answer("speed", 3))
     assert parse_description("1-down/1-up; slow") == (0.5, Answer())
     assert parse_description("sideways") is None
-    assert Answer("speed", 3).of({"speed": 2}) is True and Answer("speed", 3).of({"speed": 4}) is False
-    assert Answer().of({"slow": False}) is False and Answer().of({"speed": 1}) is None
+    assert Answer("speed", 3).of(Rating("s", scores={"speed": 2})) is True
+    assert Answer("speed", 3).of(Rating("s", scores={"speed": 4})) is False
+    assert Answer().of(Rating("s", slow=False)) is False
+    assert Answer().of(Rating("s", scores={"speed": 1})) is None
+    assert Answer("speed", 3).of(Rating("s", scores={"speed": None})) is None  # left unanswered
 
 
 @pytest.mark.parametrize("staircase, needle", [
@@ -230,17 +236,24 @@ def test_a_two_down_rule_reads_its_own_share() -> None:
 def test_trials_take_the_first_answer_and_leave_out_what_cannot_count() -> None:
     s = stairs()
     records = simulate_staircase(s, [400.0], 10, 1, study="t")
-    first = next(r for r in records if r.get("type") == "rating")
-    records.append({**first, "time": "9999", "slow": not first["slow"]})  # a later change
-    records[2]["upstream_bound"] = True  # unit 1
-    records = [r for r in records if not (r.get("type") == "rating" and r.get("unit") == 3)]
-    records.append({"type": "rating", "stream": "elsewhere", "study": "t", "slow": True})
+    first = next(r for r in records if isinstance(r, Rating))
+    records.append(replace(first, time="9999", slow=not first.slow))  # a later change
+    records[2] = replace(records[2], upstream_bound=True)  # unit 1
+    records = [r for r in records if not (isinstance(r, Rating) and r.unit == 3)]
+    records += typed([{"type": "rating", "stream": "elsewhere", "study": "t", "slow": True}])
     vary, trials, excluded = collect_trials(records, "t")
     assert vary == "ttft" and [t.unit for t in trials] == [0, 2, 4, 5, 6, 7, 8, 9]
-    assert trials[0].slow == first["slow"]
+    assert trials[0].slow == first.slow
     assert excluded == Counter({"units the upstream paced (upstream-bound)": 1,
                                 "units with no answer": 1,
                                 "ratings of responses not in the log(s)": 1})
+
+
+def _described(record: Record, staircase: str) -> Record:
+    """A simulated unit's record with its staircase's rule and answer, as the proxy writes it."""
+    if not isinstance(record, StreamRecord) or record.study is None:
+        return record
+    return replace(record, study=replace(record.study, staircase=staircase))
 
 
 def test_answers_that_never_change_give_no_threshold_and_say_why() -> None:
@@ -252,16 +265,15 @@ def test_answers_that_never_change_give_no_threshold_and_say_why() -> None:
     assert p1.threshold is None and "beyond the slowest level" in p1.note
     assert p2.threshold is not None and result.group == pytest.approx(p2.threshold)
     assert any("no threshold for 1 participant(s): P1" in n for n in result.notes)
-    assert thresholds([{"study": "t", "type": "stream", "id": "a"}], "t") is None  # not a staircase
+    assert thresholds(typed([{"study": "t", "type": "stream", "id": "a"}]), "t") is None  # not a staircase
 
 
 def test_a_staircase_log_without_answers_is_one_line(tmp_path: Path) -> None:
-    records = [r for r in simulate_staircase(stairs(), [400.0], 6, 1, study="t")
-               if r.get("type") != "rating"]
-    for r in records:
-        r["staircase"] = "1-down/1-up; slow"
+    records = [_described(r, "1-down/1-up; slow")
+               for r in simulate_staircase(stairs(), [400.0], 6, 1, study="t")
+               if not isinstance(r, Rating)]
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text(jsonl(records))
     done = run_cli("study", "analyze", str(log))
     assert done.returncode == 2
     assert done.stderr.strip() == ("retimer: error: study 't': no answered staircase units to fit "
@@ -277,11 +289,9 @@ def test_feels_slow_is_half_at_the_threshold() -> None:
 def test_analyze_a_staircase_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     s = stairs(rule="1-down/1-up")
     records = simulate_staircase(s, [300.0, 700.0], 24, 5, study="t", spread=0.1)
-    for r in records:
-        if r.get("type") == "stream":
-            r["staircase"] = s.describe()
+    records = [_described(r, s.describe()) for r in records]
     log = tmp_path / "log.jsonl"
-    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    log.write_text(jsonl(records))
     text = run_cli("study", "analyze", str(log), "--html", str(tmp_path / "a.html"))
     assert text.returncode == 0, text.stderr
     assert "a staircase on ttft, 2 participants, 48 answered units" in text.stdout
@@ -416,7 +426,7 @@ def test_the_rating_page_asks_the_yes_no_question_and_reads_it() -> None:
     assert parse_rating(b"stream=s1&slow=yes", "application/x-www-form-urlencoded") == (
         "s1", {"slow": True, "speed": None, "quality": None})
     stream, scores = parse_rating(b'{"stream": "s1", "slow": false, "speed": 6}', "application/json")
-    assert rating_record({"id": stream, "unit": 3}, scores, "t")["slow"] is False
+    assert rating_record({"id": stream, "unit": 3}, scores, "t").slow is False
     with pytest.raises(RatingError, match="slow: expected yes or no"):
         parse_rating(b"stream=s1&slow=maybe", "application/x-www-form-urlencoded")
-    assert "slow" not in rating_record({"id": "s1"}, {"speed": 4, "quality": None}, "t")
+    assert "slow" not in rating_record({"id": "s1"}, {"speed": 4, "quality": None}, "t").to_json()

@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from retimer.profile.expected import Calls, expected_waits
 from retimer.profile.loader import builtin_profiles, load_profile, load_profile_spec, profile_specs
 from retimer.profile.model import Profile, ProfileError
+from retimer.records.parse import stream_record_of
+from retimer.records.schema import StreamRecord
 from retimer.report.whatif import session_figures, sessions_of, whatif
 from retimer.report.whatif_view import to_json
 from retimer.timing.model import StallSpec
@@ -34,9 +36,10 @@ T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
 TIMED = [p for p in builtin_profiles() if not p.passthrough]
 
 
-def record(start: float, wait: float, upstream: float | None = None, tokens: int = 50,
-           **extra: Any) -> dict[str, Any]:
-    """A stream record as the proxy writes it, with only the fields whatif reads."""
+def line(start: float, wait: float, upstream: float | None = None, tokens: int = 50,
+         **extra: Any) -> dict[str, Any]:
+    """A stream record's log line as the proxy writes it, with only the fields whatif reads
+    (a study's, `participant` and `conversation`, with the study's name)."""
     up = wait / 2 if upstream is None else upstream
     rec = {"time": (T0 + timedelta(seconds=start)).isoformat(), "protocol": "openai-chat",
            "outcome": "complete", "status": 200, "fallback": None,
@@ -44,7 +47,15 @@ def record(start: float, wait: float, upstream: float | None = None, tokens: int
            "emitted": {"duration_ms": wait * 1000, "tokens": tokens, "channels": {"text": tokens}},
            "model": {"prompt_tokens": 1200, "cached_tokens": 0}}
     rec.update(extra)
+    if "participant" in extra:
+        rec["study"] = "s"
     return rec
+
+
+def record(start: float, wait: float, upstream: float | None = None, tokens: int = 50,
+           **extra: Any) -> StreamRecord:
+    """The record of `line(...)`, as the reader reads it."""
+    return stream_record_of(line(start, wait, upstream, tokens, **extra))
 
 
 # ---------------------------------------------------------------- session arithmetic
@@ -84,7 +95,7 @@ def test_websocket_turns_are_modelled_like_any_call() -> None:
     turns = [record(0, 0.8, 0.01, tokens=16, protocol="websocket", status=101),
              record(5, 0.8, 0.01, tokens=16, protocol="websocket", status=101),
              record(9, 0.8, 0.01, tokens=16, protocol="websocket", status=101, outcome="client-gone")]
-    sse = [{**t, "protocol": "openai-responses", "status": 200} for t in turns]
+    sse = [dataclasses.replace(t, protocol="openai-responses", status=200) for t in turns]
     ws, over_sse = whatif("ws", turns, TIMED), whatif("sse", sse, TIMED)
     assert ws is not None and over_sse is not None
     assert ws.timed == 2 and ws.unmodelled == {"outcome client-gone": 1}
@@ -211,7 +222,7 @@ def test_json_schema_on_a_hand_built_log() -> None:
 ])
 def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     log, notlog = tmp_path / "log.jsonl", tmp_path / "notes.txt"
-    log.write_text(json.dumps(record(0, 1.0)) + "\n")
+    log.write_text(json.dumps(line(0, 1.0)) + "\n")
     notlog.write_text("hello\nworld\n")
     argv = [a.format(log=log, notlog=notlog) for a in args]
     done = run_cli("whatif", *argv)
@@ -222,7 +233,7 @@ def test_bad_input_is_one_line(tmp_path: Path, args: list[str], message: str) ->
 
 def test_a_study_log_is_one_session_per_participant(tmp_path: Path) -> None:
     log = tmp_path / "study.jsonl"
-    recs = [record(10 * i + j, 1.0 + j, participant=f"p{i}", conversation=f"c{j % 2}")
+    recs = [line(10 * i + j, 1.0 + j, participant=f"p{i}", conversation=f"c{j % 2}")
             for i in range(6) for j in range(3)]
     log.write_text("".join(json.dumps(r) + "\n" for r in recs))
     done = run_cli("whatif", str(log), "--profiles", "cerebras,o3")

@@ -33,6 +33,7 @@ from retimer.profile.loader import builtin_profiles
 from retimer.report.whatif import whatif
 from retimer.report.whatif_view import duration_text
 from tests.support.proxy import RetimerProxy, run_cli
+from tests.support.records import streams
 from tests.support.upstream import FakeLLM
 from tests.support.whatif_draws import draws_for, monte_carlo
 
@@ -179,7 +180,7 @@ def test_every_builtin_profile_within_ten_percent_of_real_draws(session: tuple) 
     log, recs = session
     doc = _whatif_json(log, "--per-call")
     (s,) = doc["sessions"]
-    inproc = whatif(str(log), recs, TIMED, keep_waits=True)
+    inproc = whatif(str(log), streams(recs), TIMED, keep_waits=True)
     assert inproc is not None
     recs = sorted(recs, key=_start)
     starts = [_start(r) for r in recs]
@@ -217,7 +218,7 @@ def test_report_section_in_chromium(session: tuple, tmp_path: Path) -> None:
     html = tmp_path / "r.html"
     done = run_cli("report", str(log), "-o", str(html))
     assert done.returncode == 0, done.stderr
-    figures = whatif(log.name, recs, TIMED)  # unrounded, as the page has them
+    figures = whatif(log.name, streams(recs), TIMED)  # unrounded, as the page has them
     assert figures is not None
     args = ["--no-sandbox"] if os.geteuid() == 0 else []
     with sync_playwright() as pw:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 WRITER = """
 import sys
+from retimer.records.schema import StreamRecord
 from retimer.records.writer import RecordLog
 log = RecordLog(sys.argv[1])
 who, count, size = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 for i in range(count):
-    log.write({"writer": who, "i": i, "pad": who * (size + i)})
+    log.write(StreamRecord(id=f"{who}{i}", url=who * (size + i), extra={"writer": who, "i": i}))
 log.close()
 """
 
@@ -35,7 +36,7 @@ def test_processes_writing_long_lines_at_once_leave_whole_lines(tmp_path: Path) 
     seen: dict[str, list[int]] = {}
     for line in lines:
         record = json.loads(line)  # a torn or interleaved line would not parse
-        assert record["pad"] == record["writer"] * (size + record["i"])
+        assert record["url"] == record["writer"] * (size + record["i"])
         seen.setdefault(record["writer"], []).append(record["i"])
     assert {w: sorted(v) for w, v in seen.items()} == {
         chr(ord("a") + w): list(range(count)) for w in range(writers)}

@@ -258,3 +258,23 @@ def test_lint_imports_contracts_are_kept() -> None:
                             capture_output=True, text=True, timeout=300)
     assert "BROKEN" not in result.stdout and result.returncode == 0, result.stdout[-3000:]
     assert "KEPT" in result.stdout
+
+
+# The modules that parse JSON, and what each parses: none of it is a records log. A log line is
+# read by retimer.records.reader alone (docs/records.md), so a new JSON parser is either added
+# here with what it reads, or it reads a log and belongs in retimer.records.
+JSON_PARSERS = {
+    "retimer.records.reader": "records logs",
+    "retimer.cache.entry": "a cache entry's metadata",
+    "retimer.cli.worker_main": "the main process's messages to a worker",
+    "retimer.cli.workers": "a worker's messages to the main process",
+    "retimer.proxy.study_state": "the study state database's JSON columns",
+    "retimer.proxy.study_page": "a study page's request bodies",
+    "retimer.study.ratings": "a rating form's JSON body",
+}
+
+
+def test_only_the_records_reader_parses_a_log_line() -> None:
+    parsers = {module_name(p) for p in sources("retimer") if "json.load" in p.read_text()}
+    outside_wire = {m for m in parsers if not m.startswith("retimer.wire.")}  # API bodies
+    assert outside_wire == set(JSON_PARSERS)
