@@ -77,7 +77,7 @@ def main(argv: list[str]) -> None:
     order: list[str] = []
     design = None
     if args.study:
-        from retimer.proxy.study_addon import load_study
+        from retimer.proxy.study.files import load_study
         from retimer.study.design import StudyError
 
         try:

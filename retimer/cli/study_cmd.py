@@ -78,7 +78,7 @@ def main(argv: list[str]) -> None:
                  f"put it in a condition of {args.study}")
     args.profile, args.ttft, args.tps, args.jitter, args.speed = "cerebras", "", "", "", ""
     args.thinking = ""
-    from retimer.proxy.study_addon import load_roster, load_study
+    from retimer.proxy.study.files import load_roster, load_study
 
     try:
         design, _ = load_study(args.study)
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> None:
         study=args.study, participant=args.participant, study_banner=tuple(banner),
         study_state=shared_state(args.study_state, design.name),
     )
-    if config.workers > 1:  # the workers share the unit positions (retimer.proxy.study_state)
+    if config.workers > 1:  # the workers share the unit positions (retimer.proxy.study.state)
         from retimer.cli.workers import run_workers
 
         raise SystemExit(asyncio.run(run_workers(config)))
@@ -165,8 +165,8 @@ def shared_state(location: str, study: str) -> str:
         return ""
     from pathlib import Path
 
-    from retimer.proxy.statedb import is_postgres
-    from retimer.proxy.study_state import SharedState, StateError
+    from retimer.proxy.study.state import SharedState, StateError
+    from retimer.proxy.study.statedb import is_postgres
 
     full = location if is_postgres(location) else str(Path(location).expanduser().resolve())
     try:

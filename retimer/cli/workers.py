@@ -92,7 +92,7 @@ class Workers:
             fail(f"--listen-port: cannot listen on {config.listen_host}:{config.listen_port}: {e.strerror}")
         self.config = config = replace(config, listen_port=self.held.getsockname()[1])
         if has_study(config):  # the participants' unit positions, whichever worker serves
-            from retimer.proxy.study_state import SharedState
+            from retimer.proxy.study.state import SharedState
 
             if config.study_state:  # --study-state: shared with other instances, theirs to keep
                 SharedState(config.study_state).close()

@@ -13,8 +13,8 @@ from retimer.proxy.cache_addon import ResponseCache
 from retimer.proxy.health import HealthCheck
 from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
-from retimer.proxy.study_addon import Study
-from retimer.proxy.study_page import StudyPage
+from retimer.proxy.study.addon import Study
+from retimer.proxy.study.page import StudyPage
 from retimer.proxy.tunnels import LoopbackTunnels
 
 

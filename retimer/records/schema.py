@@ -98,7 +98,7 @@ class Model:
 
 @dataclass(frozen=True, slots=True)
 class StudyTags:
-    """A study's fields on a stream (retimer.proxy.study_addon): participant and condition
+    """A study's fields on a stream (retimer.proxy.study.addon): participant and condition
     None when the request named nobody (policy `pass`) or the study state was unavailable."""
 
     study: str

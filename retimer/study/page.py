@@ -2,7 +2,7 @@
 
 Why a page: online studies of perceived latency (Zhou et al., C&C '25; Gnewuch et al.) send
 participants from a panel to a web app where they chat, rate and get a completion code. The
-page is served by the study's own proxy (`retimer.proxy.study_page`), so every response it shows
+page is served by the study's own proxy (`retimer.proxy.study.page`), so every response it shows
 comes from the real model through retimer's pacing. The server, not the page, decides what goes
 upstream: the study's model, system prompt, token cap and the participant's own history, with
 the researcher's key, whatever the page sends.

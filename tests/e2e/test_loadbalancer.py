@@ -24,7 +24,7 @@ import httpx
 import openai
 import pytest
 
-from retimer.proxy.study_addon import load_study
+from retimer.proxy.study.files import load_study
 from tests.support.balancer import HAProxy
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream

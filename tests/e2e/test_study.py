@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from retimer.proxy.study_addon import load_study
+from retimer.proxy.study.files import load_study
 from retimer.records.export import COLUMNS
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError, parse_study, williams_square

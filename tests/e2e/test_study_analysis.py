@@ -20,6 +20,7 @@ from retimer.study.analysis import analyze
 from retimer.study.analysis_data import AnalysisError, collect
 from retimer.study.analysis_view import summary_line
 from retimer.study.simulate import simulate_records
+from tests.support.paths import ROOT
 from tests.support.proxy import run_cli
 from tests.support.records import jsonl, typed
 
@@ -203,3 +204,22 @@ def test_the_report_has_the_analysis_section(tmp_path: Path) -> None:
     assert missing.returncode == 0, missing.stderr
     assert "retimer report: no analysis section: the analysis needs scipy and statsmodels" in missing.stderr
     assert "Analysis: study" not in (tmp_path / "plain.html").read_text()
+
+
+def test_the_analysis_runs_where_mitmproxy_is_not_installed(tmp_path: Path) -> None:
+    """`retimer study analyze LOG --study STUDY.yaml` reads logs and the study file only: an
+    analyst's machine needs none of the proxy's dependencies (the contract in .importlinter
+    holds the imports; this holds the run)."""
+    log = tmp_path / "study.jsonl"
+    log.write_text(jsonl(simulate_records("latin-square", ["fast", "slow"], 8, 2, [0.0, -1.0],
+                                          seed=5)))
+    blocked = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['mitmproxy'] = None\n"
+         "from retimer.cli.main import main\n"
+         "try:\n    main(['study', 'analyze', *sys.argv[1:]])\n"
+         "finally:\n    print(sorted(m for m in sys.modules if m.startswith('mitmproxy.')))",
+         str(log), "--study", str(ROOT / "examples" / "study.yaml"), "--study-name", "simulated"],
+        capture_output=True, text=True, timeout=60)
+    assert blocked.returncode == 0, blocked.stderr
+    assert blocked.stdout.startswith("study simulated: 8 participants")
+    assert blocked.stdout.rstrip().endswith("[]")

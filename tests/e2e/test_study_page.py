@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from retimer.proxy.study_addon import load_study
+from retimer.proxy.study.files import load_study
 from retimer.study.page import PageError, cookie_value, parse_page, verify_cookie
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.upstream import FakeLLM
@@ -328,7 +328,7 @@ def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
 
 
 def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
-    from retimer.proxy.page_state import PENDING_S, PageRefused, PageState
+    from retimer.proxy.study.page_state import PENDING_S, PageRefused, PageState
 
     state = PageState()
     with pytest.raises(PageRefused, match="consent first"):
@@ -354,7 +354,7 @@ def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
 
 
 def test_finishing_is_noted_once() -> None:
-    from retimer.proxy.page_state import PageState
+    from retimer.proxy.study.page_state import PageState
 
     state = PageState()
     state.consent("P1", 0.0)

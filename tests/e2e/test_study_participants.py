@@ -15,8 +15,8 @@ import httpx
 import pytest
 import yaml
 
-from retimer.proxy.study_addon import load_study
-from retimer.proxy.study_state import MemoryState, SharedState, StateError
+from retimer.proxy.study.files import load_study
+from retimer.proxy.study.state import MemoryState, SharedState, StateError
 from retimer.study.design import StudyError, parse_study
 from retimer.study.participants import (
     Identified,

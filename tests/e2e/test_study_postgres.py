@@ -22,9 +22,9 @@ import psycopg
 import pytest
 import yaml
 
-from retimer.proxy.page_state import PageState
-from retimer.proxy.study_addon import load_study
-from retimer.proxy.study_state import SharedState
+from retimer.proxy.study.files import load_study
+from retimer.proxy.study.page_state import PageState
+from retimer.proxy.study.state import SharedState
 from tests.support.balancer import HAProxy
 from tests.support.postgres import Postgres
 from tests.support.proxy import RetimerProxy, run_cli

@@ -20,7 +20,7 @@ import httpx
 import pytest
 import yaml
 
-from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.proxy.study.state import MemoryState, SharedState
 from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.design import StudyError, parse_study
 from retimer.study.simulate import feels_slow, simulate_staircase
@@ -125,7 +125,7 @@ def test_descriptions_and_answers_round_trip() -> None:
     ({"vary": "ttft", "levels": [1, 2, 3], "pace": 1}, "staircase.pace: unknown key"),
 ])
 def test_study_file_errors_name_the_key(tmp_path: Path, staircase: object, needle: str) -> None:
-    from retimer.proxy.study_addon import load_study
+    from retimer.proxy.study.files import load_study
 
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({"name": "s", "seed": 1, "unit": "request", "ratings": True,
@@ -159,7 +159,7 @@ def test_the_levels_are_the_conditions() -> None:
 
 
 def test_the_example_study_loads() -> None:
-    from retimer.proxy.study_addon import load_study
+    from retimer.proxy.study.files import load_study
 
     design, profiles = load_study(str(ROOT / "examples" / "staircase.yaml"))
     assert design.staircase is not None and len(profiles) == 16 and design.staircase.stop_units == 30
@@ -383,7 +383,7 @@ def test_participants_of_known_thresholds_through_the_proxy(tmp_path: Path) -> N
     streams = [r for r in records if r.get("type", "stream") == "stream"]
     ratings = [r for r in records if r.get("type") == "rating"]
     assert len(streams) == len(ratings) == len(THRESHOLDS) * UNITS
-    from retimer.proxy.study_addon import load_study
+    from retimer.proxy.study.files import load_study
 
     design, _ = load_study(str(study))
     assert design.staircase is not None

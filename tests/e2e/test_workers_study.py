@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from retimer.proxy.study_addon import load_study
+from retimer.proxy.study.files import load_study
 from tests.support.study import TEXT, StudyProxy, chat, write_study
 from tests.support.upstream import FakeLLM
 

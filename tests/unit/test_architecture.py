@@ -221,7 +221,7 @@ def test_the_shell_drives_pacers_only_through_the_core() -> None:
 SHELL = ("retimer/proxy", "retimer/cli", "retimer/report", "retimer/study", "retimer/cache", "retimer/records")
 # `Any` in the shell, counted: only where a library's own types force it (mitmproxy's option
 # loader, master and hook arguments, a command generator's send type, JSON records, the rows of
-# the study's state database: retimer.proxy.statedb.Row). A new one must raise this on purpose,
+# the study's state database: retimer.proxy.study.statedb.Row). A new one must raise this on purpose,
 # with its reason in the code.
 SHELL_ANY_BUDGET = 37
 
@@ -268,8 +268,8 @@ JSON_PARSERS = {
     "retimer.cache.entry": "a cache entry's metadata",
     "retimer.cli.worker_main": "the main process's messages to a worker",
     "retimer.cli.workers": "a worker's messages to the main process",
-    "retimer.proxy.study_state": "the study state database's JSON columns",
-    "retimer.proxy.study_page": "a study page's request bodies",
+    "retimer.proxy.study.state": "the study state database's JSON columns",
+    "retimer.proxy.study.page": "a study page's request bodies",
     "retimer.study.ratings": "a rating form's JSON body",
 }
 

@@ -11,7 +11,7 @@ Who: the participant of the proxy (`--participant`), or, when it has none, each 
 header never goes upstream. A request naming nobody is refused with a 403 or passed through
 untimed, as the study file says; a malformed id is refused with a 400.
 
-State kept per proxy run and participant (retimer.proxy.study_state): the number of request
+State kept per proxy run and participant (retimer.proxy.study.state): the number of request
 units so far, each conversation's position (first-seen order) and the links from ids a response
 names (ChatGPT's conversation_id, Responses ids) to the conversation they continue; in memory, or
 with `retimer study --workers N` in one sqlite3 file all the run's workers share
@@ -23,19 +23,19 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
-from retimer.profile.loader import load_profile, read_yaml
-from retimer.profile.model import Profile, ProfileError
+from retimer.profile.loader import load_profile
+from retimer.profile.model import Profile
 from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
-from retimer.proxy.rating_page import RatingPage
-from retimer.proxy.study_state import (
+from retimer.proxy.study.files import load_roster, load_study
+from retimer.proxy.study.rating_page import RatingPage
+from retimer.proxy.study.state import (
     MemoryState,
     SharedState,
     StateError,
@@ -44,49 +44,16 @@ from retimer.proxy.study_state import (
 )
 from retimer.records.schema import Rating, StreamRecord
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
-from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
+from retimer.study.design import StudyDesign, StudyError
 from retimer.study.participants import (
     Identified,
     Invalid,
-    ParticipantError,
     Roster,
     identify,
-    parse_roster,
 )
 from retimer.study.staircase import position_after
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
-
-
-def load_study(path: str) -> tuple[StudyDesign, dict[str, Profile]]:
-    """The study file's design and each condition's profile; errors are one line."""
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise StudyError(f"{path}: no such study file")
-    try:
-        data = read_yaml(file, path)
-    except ProfileError as e:
-        raise StudyError(str(e)) from None
-    design = parse_study(data, path, str(file.parent))
-    return design, resolve_conditions(design, path, load_profile)
-
-
-def load_roster(design: StudyDesign, where: str) -> Roster | None:
-    """The study's roster, its keys hashed at once (None without one); errors are one line."""
-    path = design.participants.roster_path
-    if not path:
-        return None
-    file = Path(path).expanduser()
-    label = f"{where}: participants.roster: {path}"
-    if not file.is_file():
-        raise StudyError(f"{label}: no such file")
-    try:
-        if file.suffix.lower() in (".yaml", ".yml"):
-            return parse_roster("", read_yaml(file, path) or {}, design.roster_secret())
-        return parse_roster(file.read_text(encoding="utf-8-sig"), None, design.roster_secret())
-    except (ProfileError, ParticipantError, UnicodeDecodeError, OSError) as e:
-        raise StudyError(f"{label}: {e}") from None
-
 
 log = logging.getLogger(__name__)
 PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
@@ -162,7 +129,7 @@ class Study:
         if PROFILE_KEY in flow.metadata:
             return
         if design.page is not None and flow.request.path.startswith(PAGE_PREFIX):
-            return  # the study page's own (retimer.proxy.study_page): it calls assign()
+            return  # the study page's own (retimer.proxy.study.page): it calls assign()
         participant = self.participant or self._identify(flow, design)
         if participant is not None:
             self.assign(flow, design, participant)

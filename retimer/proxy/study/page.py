@@ -12,7 +12,7 @@ cookie (retimer.study.page.cookie_value) and out of the address. The page's API:
     POST /study/api/rate      {"turn", "scores", "slow"}: stored once, written to the log
     POST /study/api/next      on to the next task, or the completion code
 
-The state (retimer.proxy.page_state) lives in the study's state database, so any worker or
+The state (retimer.proxy.study.page_state) lives in the study's state database, so any worker or
 instance can answer any request of any participant.
 """
 
@@ -32,16 +32,16 @@ from urllib.parse import urlsplit
 from mitmproxy import ctx, exceptions, http
 
 from retimer.proxy.hooks import PAGE_TURN_KEY
-from retimer.proxy.page_responses import (
+from retimer.proxy.study.addon import Study
+from retimer.proxy.study.page_responses import (
     headers,
     html_response,
     json_response,
     read_assets,
     redirect,
 )
-from retimer.proxy.page_state import PageRefused, PageState, Progress
-from retimer.proxy.statedb import StateError, StateUnavailable
-from retimer.proxy.study_addon import Study
+from retimer.proxy.study.page_state import PageRefused, PageState, Progress
+from retimer.proxy.study.statedb import StateError, StateUnavailable
 from retimer.records.reader import LogError, read_logs
 from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.study.design import StudyDesign, StudyError

@@ -16,7 +16,7 @@ __all__ = ["CSP", "headers", "html_response", "json_response", "read_assets", "r
 
 CSP = ("default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
        "img-src data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
-PACKAGE = Path(__file__).resolve().parents[1]  # retimer/: the page's files are under it
+PACKAGE = Path(__file__).resolve().parents[2]  # retimer/: the page's files are under it
 
 
 def read_assets() -> dict[str, tuple[bytes, str]]:

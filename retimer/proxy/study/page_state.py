@@ -3,9 +3,9 @@
 
 Why in a database: the page must survive a reload, a dropped connection, a second tab and a
 request served by another instance, so nothing lives in the browser or in one process. The
-study's state database holds it (retimer.proxy.statedb): sqlite3 in memory for a single proxy,
+study's state database holds it (retimer.proxy.study.statedb): sqlite3 in memory for a single proxy,
 or the `--study-state` file or PostgreSQL server every worker and instance shares, next to
-retimer.proxy.study_state's positions. Every read-then-write is one transaction under the
+retimer.proxy.study.state's positions. Every read-then-write is one transaction under the
 database's write lock, so two tabs never start two turns and a rating is stored once.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from retimer.proxy.statedb import StateDB
+from retimer.proxy.study.statedb import StateDB
 
 PENDING_S = 600.0  # a reply not finished after this long is taken for lost (its tab went away)
 

@@ -17,8 +17,8 @@ from mitmproxy import http
 
 from retimer.proxy.addon import Retimer
 from retimer.proxy.pac import addressed_to_proxy
-from retimer.proxy.statedb import StateUnavailable
-from retimer.proxy.study_state import MemoryState, SharedState
+from retimer.proxy.study.state import MemoryState, SharedState
+from retimer.proxy.study.statedb import StateUnavailable
 from retimer.records.schema import Rating
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.ratings import (
@@ -32,7 +32,7 @@ from retimer.study.ratings import (
 
 
 class RatedStudy(Protocol):
-    """What the page needs of the Study addon (retimer.proxy.study_addon.Study)."""
+    """What the page needs of the Study addon (retimer.proxy.study.addon.Study)."""
 
     participant: str  # the proxy's one participant, or "" when each request names its own
     design: StudyDesign | None

@@ -5,7 +5,7 @@ fields, the streams the rating page may offer, and a staircase study's levels an
 One process keeps them in memory (`MemoryState`, the default). With `retimer study --workers N`
 or several instances every process must agree whichever of them took a connection, so they
 share one database (`SharedState`, option `retimer_study_state`): a sqlite3 file, or PostgreSQL
-for instances on several machines (retimer.proxy.statedb). Every step that reads and then writes
+for instances on several machines (retimer.proxy.study.statedb). Every step that reads and then writes
 is one transaction under the database's write lock, so two processes never hand out the same
 position.
 """
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
-from retimer.proxy.statedb import StateDB, StateError, StateUnavailable
+from retimer.proxy.study.statedb import StateDB, StateError, StateUnavailable
 
 __all__ = ["MemoryState", "SharedState", "StateError", "StateUnavailable", "UnitFields"]
 
@@ -44,7 +44,7 @@ ChooseLevel = Callable[[Sequence[tuple[int, bool]]], int]
 
 
 class UnitFields(TypedDict):
-    """A study's fields in the records of a unit's requests (retimer.proxy.study_addon)."""
+    """A study's fields in the records of a unit's requests (retimer.proxy.study.addon)."""
 
     study: str
     participant: str | None  # None: a request that named no participant, passed through
