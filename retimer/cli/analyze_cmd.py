@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from retimer.cli.cmdline import OneLineParser, fail
 
@@ -50,12 +50,8 @@ def parser() -> OneLineParser:
     p.add_argument("--power", metavar="EFFECT", type=float, default=None,
                    help="also print the participants needed to find EFFECT rating points "
                    "(simulated on this design and spread)")
-    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
 
-
-def _error(message: str) -> NoReturn:
-    fail(f"{message} (see retimer study analyze --help)")
 
 
 def _records(names: list[str]) -> list[Record]:

@@ -12,7 +12,7 @@ import contextlib
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 from retimer.cli.browser import (
     KINDS,
@@ -50,12 +50,8 @@ def parser() -> OneLineParser:
     p.add_argument("--browser-path", metavar="PATH", default=None,
                    help="the browser's executable, if it is not found by itself")
     p.add_argument("--headless", action="store_true", help="no window (tests, automation)")
-    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
 
-
-def _error(message: str) -> NoReturn:
-    fail(f"{message} (see retimer browser --help)")
 
 
 def main(argv: list[str]) -> None:

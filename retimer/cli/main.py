@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 
 from retimer.cli.cmdline import OneLineParser, fail, unknown_command
 from retimer.cli.proxy_options import ProxyConfig, proxy_parser
@@ -35,50 +36,77 @@ def print_addon_path(_: argparse.Namespace) -> None:
     print(addon_script.__file__)
 
 
+def _profiles(_: str, argv: list[str]) -> None:
+    from retimer.cli.profiles_cmd import print_profiles
+
+    print_profiles(profiles_parser().parse_args(argv).names)
+
+
+def _launch(command: str, argv: list[str]) -> None:
+    from retimer.cli import launch
+
+    launch.main(command, argv)
+
+
+def _browser(_: str, argv: list[str]) -> None:
+    from retimer.cli import browser_cmd
+
+    browser_cmd.main(argv)
+
+
+def _study(_: str, argv: list[str]) -> None:
+    from retimer.cli import study_cmd
+
+    study_cmd.main(argv)
+
+
+def _demo(_: str, argv: list[str]) -> None:
+    from retimer.cli import demo_cmd
+
+    demo_cmd.main(argv)
+
+
+def _export(_: str, argv: list[str]) -> None:
+    from retimer.cli import export
+
+    export.main(argv)
+
+
+def _whatif(_: str, argv: list[str]) -> None:
+    from retimer.cli import whatif_cmd
+
+    whatif_cmd.main(argv)
+
+
+def _addon(_: str, argv: list[str]) -> None:
+    print_addon_path(addon_parser().parse_args(argv))
+
+
+def _fit(_: str, argv: list[str]) -> None:
+    from retimer.cli import fit_cmd
+
+    fit_cmd.main(argv)
+
+
+def _report(_: str, argv: list[str]) -> None:
+    from retimer.cli import report_cmd
+
+    report_cmd.main(argv)
+
+
+# every subcommand, by the word that names it (each imports its module when it runs: `retimer`
+# alone starts the proxy without loading the others); cmdline.COMMANDS lists the same words
+SUBCOMMANDS: dict[str, Callable[[str, list[str]], None]] = {
+    "browser": _browser, "run": _launch, "env": _launch, "ca": _launch, "study": _study,
+    "demo": _demo, "export": _export, "fit": _fit, "report": _report, "profiles": _profiles,
+    "whatif": _whatif, "addon": _addon,
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "profiles":
-        from retimer.cli.profiles_cmd import print_profiles
-
-        print_profiles(profiles_parser().parse_args(argv[1:]).names)
-        return
-    if argv and argv[0] in ("run", "env", "ca"):
-        from retimer.cli import launch
-
-        launch.main(argv[0], argv[1:])
-        return
-    if argv and argv[0] == "browser":
-        from retimer.cli import browser_cmd
-
-        browser_cmd.main(argv[1:])
-        return
-    if argv and argv[0] == "study":
-        from retimer.cli import study_cmd
-
-        study_cmd.main(argv[1:])
-        return
-    if argv and argv[0] == "demo":
-        from retimer.cli import demo_cmd
-
-        demo_cmd.main(argv[1:])
-        return
-    if argv and argv[0] == "export":
-        from retimer.cli import export
-
-        export.main(argv[1:])
-        return
-    if argv and argv[0] == "whatif":
-        from retimer.cli import whatif_cmd
-
-        whatif_cmd.main(argv[1:])
-        return
-    if argv and argv[0] == "addon":
-        print_addon_path(addon_parser().parse_args(argv[1:]))
-        return
-    if argv and argv[0] in ("fit", "report"):
-        from retimer.cli import fit_cmd, report_cmd
-
-        (fit_cmd if argv[0] == "fit" else report_cmd).main(argv[1:])
+    if argv and (command := SUBCOMMANDS.get(argv[0])) is not None:
+        command(argv[0], argv[1:])
         return
     if argv and not argv[0].startswith("-"):  # no subcommand, and the proxy takes no words
         fail(unknown_command(argv[0]))

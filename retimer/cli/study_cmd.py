@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import sys
 from dataclasses import replace
-from typing import NoReturn
 
 from retimer.cli.cmdline import OneLineParser, fail
 from retimer.cli.proxy_options import ProxyConfig, proxy_parser
@@ -57,12 +56,8 @@ def parser() -> OneLineParser:
                    "the design, ratings, upstream-bound streams) from its records logs (default: "
                    "--log's, or ./retimer-study.jsonl) and exit (for the experimenter)")
     p.set_defaults(**dict.fromkeys(TIMING_OPTIONS))
-    p.error = _error  # type: ignore[method-assign]  # argparse takes no error handler
     return p
 
-
-def _error(message: str) -> NoReturn:
-    fail(f"{message} (see retimer study --help)")
 
 
 def main(argv: list[str]) -> None:

@@ -297,3 +297,11 @@ def test_profile_sources_are_indented_lines() -> None:
     # each sentence starts a line; its continuation lines are indented further
     starts = [x for x in notes if not x.startswith("      ")]
     assert len(starts) >= 5 and all(x[4].isupper() for x in starts)
+
+
+def test_every_command_is_dispatched_and_suggested() -> None:
+    """One table dispatches the subcommands; the did-you-mean list names the same words."""
+    from retimer.cli.cmdline import COMMANDS
+    from retimer.cli.main import SUBCOMMANDS
+
+    assert sorted(SUBCOMMANDS) == sorted(COMMANDS)
