@@ -10,6 +10,7 @@ loader.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -278,3 +279,27 @@ def test_only_the_records_reader_parses_a_log_line() -> None:
     parsers = {module_name(p) for p in sources("retimer") if "json.load" in p.read_text()}
     outside_wire = {m for m in parsers if not m.startswith("retimer.wire.")}  # API bodies
     assert outside_wire == set(JSON_PARSERS)
+
+
+def documented_modules() -> set[str]:
+    """The modules docs/architecture.md's "Packages and modules" tables name, by their package
+    (a `### \\`retimer.x\\`` heading or a `\\`retimer.x.y\\`:` line above the table)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    part = text.split("## Packages and modules", 1)[1].split("\n## ", 1)[0]
+    found: set[str] = set()
+    package = ""
+    for line in part.splitlines():
+        if m := re.match(r"^### `(retimer\.[a-z_.]+)`|^`(retimer\.[a-z_.]+)`:", line):
+            package = m.group(1) or m.group(2)
+        elif (m := re.match(r"^\| `([a-z_]+)/?` \|", line)) and package:
+            found.add(f"{package}.{m.group(1)}")
+    return found
+
+
+def test_every_module_is_in_the_architecture_tables() -> None:
+    modules = {module_name(p) for p in sources("retimer")}
+    packages = {module_name(p) for p in sources("retimer") if p.name == "__init__.py"}
+    documented = documented_modules()
+    top = {"retimer", "retimer.__main__", "retimer.addon_script"}  # the text below the tables
+    assert sorted(modules - packages - top - documented) == [], "modules missing from the tables"
+    assert sorted(documented - modules) == [], "rows naming no module"
