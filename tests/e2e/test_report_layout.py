@@ -22,6 +22,7 @@ import pytest
 from retimer.report.page import build, render_html, stream_chart
 from retimer.report.svgplot import ROLE_COLORS
 from tests.support.proxy import RetimerProxy
+from tests.support.records import streams as typed_streams
 from tests.support.upstream import FakeLLM
 
 CHROMIUM = "/usr/bin/chromium"
@@ -85,7 +86,7 @@ def _series(svg: ET.Element) -> dict[str, str]:
 
 def test_every_multi_line_chart_has_a_legend_naming_each_profile(
         profile_records: list[dict[str, Any]]) -> None:
-    page = render_html(build(profile_records, "three profiles"))
+    page = render_html(build(typed_streams(profile_records), "three profiles"))
     profiles = {_profile(r) for r in profile_records}
     assert len(profiles) == len(RUNS)
     lines = [svg for svg in _svgs(page, "dist") if _series(svg)]
@@ -144,7 +145,7 @@ def test_summary_lines_carry_the_records_numbers(profile_records: list[dict[str,
     # a passthrough stream (no target) and one too short for a rate: left out of the medians
     recs[0] = {**recs[0], "target": {"ttft_ms": None, "tps": None}}
     recs[1] = {**recs[1], "emitted": {**recs[1]["emitted"], "tps": None}}
-    lines = _summary_lines(render_html(build(recs, "summary")))
+    lines = _summary_lines(render_html(build(typed_streams(recs), "summary")))
 
     outcomes = Counter(r["outcome"] for r in recs)
     assert len(outcomes) > 1  # the cut streams did not end as complete
@@ -176,7 +177,7 @@ def test_png_figures_carry_a_colour_key(profile_records: list[dict[str, Any]]) -
 
     from retimer.report.png import distribution_figure, streams_figure
 
-    report = build(profile_records, "png")
+    report = build(typed_streams(profile_records), "png")
     fig = streams_figure(report.streams)
     try:
         assert len(fig.legends) == 1
@@ -217,7 +218,7 @@ def test_page_fits_1400_px_and_legends_are_visible_in_chromium(
     pages, keyed = {}, 0
     for name, recs in (("profiles", profile_records), ("wide", _wide(profile_records))):
         pages[name] = tmp_path / f"{name}.html"
-        html = render_html(build(recs, name))
+        html = render_html(build(typed_streams(recs), name))
         pages[name].write_text(html, encoding="utf-8")
         keyed = sum(len(_series(svg)) > 1 for svg in _svgs(html, "dist|stream"))
     args = ["--no-sandbox"] if os.geteuid() == 0 else []

@@ -321,9 +321,12 @@ def test_a_worker_sends_only_what_the_parent_shows(sends: str, records: bool, li
     channel = Channel(1, -1, None, lambda: asked.append(1) or [], sends)
     sent: list[dict] = []
     channel.send = sent.append  # type: ignore[method-assign]
-    channel.retimer_record({"id": "x"})
+    from retimer.records.schema import StreamRecord
+
+    record = StreamRecord(id="x")
+    channel.retimer_record(record)
     assert (channel.records, channel.live) == (records, live)
-    assert sent == ([{"record": {"id": "x"}}] if records else [])
+    assert sent == ([{"record": record.to_json()}] if records else [])
 
 
 def test_quiet_workers_send_neither_records_nor_snapshots() -> None:
