@@ -45,13 +45,14 @@ from retimer.records.parse import other_fields
 from retimer.records.schema import StreamRecord
 from retimer.records.writer import RecordLog
 from retimer.timing.pacer import StreamPacer
+from retimer.timing.playout import Turn
 from retimer.timing.strategy import Strategy, parse_strategy
 from retimer.timing.whole import plan_whole_answer
 from retimer.wire.classify import Treatment, Verdict, classify
 from retimer.wire.encoding import Decoder
-from retimer.wire.prompt import PromptCache, PromptInfo, estimate_prompt
+from retimer.wire.prompt import PromptCache, PromptInfo, TurnPrompts, estimate_prompt
 from retimer.wire.protocols.base import Adapter, RequestShape
-from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path
+from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path, turn_request
 from retimer.wire.whole import timing_line
 
 logger = logging.getLogger("retimer")
@@ -286,16 +287,18 @@ class Retimer:
     def _pacer(
         self, adapter: Adapter, start: float, decoder: Decoder | None = None, *,
         strategy: Strategy = Strategy.LIVE, flow: http.HTTPFlow | None = None,
+        prompt: PromptInfo | None = None,
     ) -> tuple[StreamPacer, int]:
         """A pacer with the next stream index's timing draw (seeded by seed and index).
 
-        With `flow`, the request body drives prefill, the prompt cache, context slowdown and
-        the reasoning budget, and its max-tokens hint guides the `smooth` strategy."""
+        With `flow`, the request body's prompt (or `prompt`: a WebSocket turn's) drives
+        prefill, the prompt cache, context slowdown and the reasoning budget, and its max-tokens
+        hint guides the `smooth` strategy."""
         index = self.streams
         self.streams += 1
         stream = new_stream(
             self.profile_for(flow), adapter, start, seed=self.seed, index=index,
-            prompt=_prompt_of(flow) if flow is not None else None, cache=self.prompt_cache,
+            prompt=prompt or (_prompt_of(flow) if flow is not None else None), cache=self.prompt_cache,
             now=time.monotonic(), decoder=decoder, strategy=strategy,
         )
         if stream.prompt_seen is not None and flow is not None:
@@ -317,13 +320,15 @@ class Retimer:
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         self.websockets.end(flow)
 
-    def _websocket_turn(self, flow: http.HTTPFlow, start: float) -> tuple[StreamPacer, int]:
-        return self._pacer(WebSocketMessageAdapter(), start, flow=flow)
+    def _websocket_turn(self, flow: http.HTTPFlow, start: float, asked: bytes, prompts: TurnPrompts,
+                        answered: int) -> tuple[StreamPacer, int]:
+        """A turn's pacer; its prompt is the client message that opened it (none for turn 0),
+        continuing the turn before's when it names it (`TurnPrompts`)."""
+        prompt = prompts.estimate(turn_request(asked), _prompt_scope(flow), answered)
+        return self._pacer(WebSocketMessageAdapter(), start, flow=flow, prompt=prompt)
 
-    def _websocket_done(
-        self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str, index: int
-    ) -> None:
-        self._write(self._record(flow, pacer, end, outcome, index=index))
+    def _websocket_done(self, flow: http.HTTPFlow, turn: Turn, end: float, outcome: str) -> None:
+        self._write(self._record(flow, turn.pacer, end, outcome, index=turn.index, turn=turn.number))
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Records of the streams in flight, as they stand now (the live view reads their
@@ -360,17 +365,20 @@ class Retimer:
 
     def _record(
         self, flow: http.HTTPFlow, pacer: StreamPacer, end: float | None, outcome: str,
-        *, index: int | None = None,
+        *, index: int | None = None, turn: int | None = None,
     ) -> StreamRecord:
         return stream_record(flow, pacer, self.profile_for(flow), self.seed,
-                             end if end is not None else time.monotonic(), outcome, index)
+                             end if end is not None else time.monotonic(), outcome, index, turn)
+
+
+def _prompt_scope(flow: http.HTTPFlow) -> str:
+    """What separates prompt caches: the host and the path's model part."""
+    return destination_host(flow) + flow.request.path.split("?", 1)[0].split(":", 1)[0]
 
 
 def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
-    """The request's prompt estimate; the cache scope is the host and the path's model part."""
-    request = flow.request
-    scope = destination_host(flow) + request.path.split("?", 1)[0].split(":", 1)[0]
-    return estimate_prompt(request_body(flow), scope=scope)
+    """The request's prompt estimate."""
+    return estimate_prompt(request_body(flow), scope=_prompt_scope(flow))
 
 
 def _collect_if_idle(addon: Retimer) -> None:

@@ -96,9 +96,10 @@ def _passthrough_model(flow: http.HTTPFlow) -> dict[str, Any]:
 
 def stream_record(
     flow: http.HTTPFlow, pacer: StreamPacer, profile: Profile, seed: int, end: float,
-    outcome: str, index: int | None = None,
+    outcome: str, index: int | None = None, turn: int | None = None,
 ) -> StreamRecord:
-    """The record of one finished (or, for the live view, running) stream."""
+    """The record of one finished (or, for the live view, running) stream. A WebSocket `turn`
+    is a call of its own: its id is the connection's (the flow's) with the turn's number."""
     meta = flow.metadata.get(STREAM_KEY, {})
     timing = pacer.stats.record(end)
     emitted_ms = timing["emitted"]["duration_ms"] or 0.0
@@ -106,7 +107,9 @@ def stream_record(
     model = pacer.timing.summary() if hasattr(pacer.timing, "summary") else _passthrough_model(flow)
     tags = flow.metadata.get(RECORD_KEY, {})
     return StreamRecord(
-        id=flow.id,
+        id=flow.id if turn is None else f"{flow.id}.{turn}",
+        connection=None if turn is None else flow.id,
+        turn=turn,
         time=datetime.fromtimestamp(_started(flow, pacer), UTC).isoformat(),
         url=redact_url(destination_url(flow)),
         protocol=meta.get("protocol"),

@@ -37,7 +37,7 @@ _STREAM_FIELDS = frozenset({
     "token_counter", "trace", "upstream_bound", "upstream_wait_ms", "strategy",
     "smooth_delay_ms", "fallback", "keepalives", "released_early", "cache", "study",
     "participant", "condition", "unit", "conversation", "level", "staircase", "study_error",
-    "worker", "demo_pane", "demo_run", "demo_warmup",
+    "worker", "demo_pane", "demo_run", "demo_warmup", "connection", "turn",
 })
 _MODEL_DRAW = ("ttft_draw_ms", "prefill_ms", "hidden_reasoning_tokens", "hidden_reasoning_ms",
                "stalls", "stall_ms")
@@ -147,7 +147,8 @@ def stream_record_of(obj: Mapping[str, object]) -> StreamRecord:
         smooth_delay_ms=_num(obj.get("smooth_delay_ms")), fallback=_str(obj.get("fallback")),
         keepalives=_int(obj.get("keepalives")), released_early=_int(obj.get("released_early")),
         cache=_str(obj.get("cache")), study=study_tags(obj), worker=_int(obj.get("worker")),
-        demo=demo_tags(obj), schema=_int(obj.get("schema")) or 1,
+        demo=demo_tags(obj), connection=_str(obj.get("connection")), turn=_int(obj.get("turn")),
+        schema=_int(obj.get("schema")) or 1,
         extra=other_fields(obj),
     )
 

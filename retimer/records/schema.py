@@ -19,8 +19,11 @@ from datetime import UTC, datetime
 __all__ = ["SCHEMA_VERSION", "Demo", "Model", "ParticipantEvent", "Rating", "Record", "Side",
            "StreamRecord", "StudyTags", "Target", "parse_time"]
 
-SCHEMA_VERSION = 2
-"""Written in every stream record as `schema`; a record without one is version 1."""
+SCHEMA_VERSION = 3
+"""Written in every stream record as `schema`; a record without one is version 1. Version 3:
+a WebSocket turn has an id of its own (`connection` names the socket, `turn` its place) and
+its emitted duration ends with its last message (before: the socket's id, and until the
+client's next message)."""
 
 def parse_time(value: object) -> datetime | None:
     """A record's `time` (ISO 8601) as an aware datetime (UTC when it names no zone)."""
@@ -139,8 +142,8 @@ class StreamRecord:
 
     Holds the URL (redacted) and figures only: never headers, cookies, bodies or keys."""
 
-    id: str
-    time: str = ""  # ISO 8601: when the request reached the proxy
+    id: str  # unique: a WebSocket turn's is its connection's with `.N` (N: the turn)
+    time: str = ""  # ISO 8601: when the request reached the proxy (a turn: its client message)
     url: str = ""
     protocol: str | None = None
     profile: str | None = None
@@ -167,6 +170,8 @@ class StreamRecord:
     study: StudyTags | None = None
     worker: int | None = None  # `retimer --workers N`: 1..N
     demo: Demo | None = None
+    connection: str | None = None  # a WebSocket turn's socket (the id its turns share)
+    turn: int | None = None  # a WebSocket turn's place: 0 before the client's first message
     schema: int = SCHEMA_VERSION
     extra: Mapping[str, object] = field(default_factory=dict)  # fields this version does not know (a newer writer's)
 
@@ -206,8 +211,10 @@ class StreamRecord:
             "protocol": self.protocol, "profile": self.profile,
             "effective_profile": self.effective_profile, "seed": self.seed,
             "stream": self.stream, "status": self.status, "outcome": self.outcome,
-            "target": self.target.to_json(), "model": self.model.to_json(),
         }
+        if self.connection is not None:
+            out |= {"connection": self.connection, "turn": self.turn}
+        out |= {"target": self.target.to_json(), "model": self.model.to_json()}
         for name in ("upstream", "emitted"):
             out[name] = None if (side := getattr(self, name)) is None else side.to_json()
         out |= {"lateness_ms": None if self.lateness_ms is None else dict(self.lateness_ms),

@@ -23,6 +23,7 @@ from retimer.profile.expected import Calls, expected_waits
 from retimer.profile.model import Profile
 from retimer.records.schema import StreamRecord
 from retimer.report.fields import side_value
+from retimer.timing.metrics import TRACE_UNIT_MS, decode_side
 
 __all__ = ["BY_CHOICES", "Call", "Figures", "ProfileFigures", "SessionResult", "calls_of",
            "combined", "session_figures", "sessions_of", "start_text", "whatif"]
@@ -65,6 +66,17 @@ def _why_unmodelled(rec: StreamRecord, tokens: int) -> str:
     return ""
 
 
+def _old_turn_end_ms(rec: StreamRecord, recorded: float | None) -> float | None:
+    """A WebSocket turn recorded before version 3 ran until the client's next message: it ends
+    with its last event sent, as its trace says (its recorded duration without a trace)."""
+    trace = rec.trace or {}
+    times, _ = decode_side(trace.get("emitted"), float(trace.get("unit_ms") or TRACE_UNIT_MS))  # type: ignore[arg-type]
+    if not len(times):
+        return recorded
+    last = float(times[-1])
+    return last if recorded is None else min(recorded, last)
+
+
 def calls_of(records: Iterable[StreamRecord]) -> tuple[list[Call], int]:
     """The records as calls, and how many were left out (no time or no duration at all)."""
     calls: list[Call] = []
@@ -72,6 +84,8 @@ def calls_of(records: Iterable[StreamRecord]) -> tuple[list[Call], int]:
     for rec in records:
         when = rec.when
         recorded = side_value(rec, "emitted", "duration_ms")
+        if rec.protocol == "websocket" and rec.schema < 3:
+            recorded = _old_turn_end_ms(rec, recorded)
         upstream = side_value(rec, "upstream", "duration_ms")
         if when is None or (recorded is None and upstream is None):
             skipped += 1
@@ -153,16 +167,17 @@ def session_figures(starts: np.ndarray, recorded: np.ndarray, waits: np.ndarray
                     ) -> tuple[float, Figures]:
     """(between-call time, the figures for `waits`), the periods taken from `recorded`.
 
-    Calls are sorted by start; a call starting before every earlier call ended joins their
-    period. Each call keeps its offset from its period's start; a period lasts until its last
-    call ends under `waits`."""
+    Calls are sorted by start; a call starting before an earlier call ended joins their
+    period (one that starts as another ends does not: calls merge only when they overlap).
+    Each call keeps its offset from its period's start; a period lasts until its last call
+    ends under `waits`."""
     if len(starts) == 0:
         return 0.0, Figures(0.0, 0.0, 0.0)
     order = np.argsort(starts, kind="stable")
     s, r, w = starts[order], recorded[order], waits[order]
     ends_so_far = np.maximum.accumulate(s + r)
     new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > ends_so_far[:-1]
+    new[1:] = s[1:] >= ends_so_far[:-1]
     heads = np.flatnonzero(new)
     period_start = s[heads][np.cumsum(new) - 1]
     recorded_len = np.maximum.reduceat(s - period_start + r, heads)

@@ -63,7 +63,9 @@ class Turn:
 
     pacer: StreamPacer
     index: int  # the stream index its timing was drawn with (its record's)
+    number: int = 0  # its place in the socket: 0 for what the server sent before any client message
     messages: int = 0  # server messages fed: a turn with any gets a record, tokens or not
+    last_sent: float | None = None  # when its last message went to the client: where the turn ends
 
 
 class Step(NamedTuple):

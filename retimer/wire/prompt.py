@@ -7,8 +7,9 @@ functions of the request body bytes; anything unparseable yields an estimate, ne
 Counts use `retimer.wire.tokenizer.count_tokens` (long bodies are sampled: BUDGET_CHARS), plus
 MESSAGE_OVERHEAD per message (chat templates add role markers), and MEDIA_TOKENS per inline
 image or file (base64 or data: URL: its characters say nothing about its token cost).
-Server-side state is invisible here (Responses `previous_response_id`, ChatGPT web
-conversations): the estimate then covers only what the body carries.
+Server-side state is invisible to one body (Responses `previous_response_id`, ChatGPT web
+conversations): the estimate then covers only what the body carries. On a WebSocket, where
+the turns are seen in order, `TurnPrompts` follows a Responses chain from turn to turn.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from retimer.wire.request import RequestBody
 from retimer.wire.tokenizer import count_tokens
 
 __all__ = ["BUDGET_CHARS", "MEDIA_TOKENS", "MESSAGE_OVERHEAD", "PromptCache", "PromptInfo",
-           "estimate_prompt", "estimate_text_tokens"]
+           "TurnPrompts", "estimate_prompt", "estimate_text_tokens"]
 
 MESSAGE_OVERHEAD = 3
 """Tokens per message for role markers (OpenAI's cookbook counts 3 per chat message)."""
@@ -208,6 +209,48 @@ def _estimate_json(request: RequestBody, scope: str) -> PromptInfo:
         prefixes.append((total, h))
     return PromptInfo(total, api, request.max_output_tokens, request.reasoning_budget, model,
                       tuple(prefixes))
+
+
+class TurnPrompts:
+    """The prompts of one WebSocket's turns. A Responses `response.create` that names
+    `previous_response_id` (Codex's WebSocket transport) sends only the new input items: the
+    model sees the previous turn's prompt, that turn's answer and the new items, as the same
+    session's SSE requests send them whole. Such a turn is estimated so, its prefixes
+    continuing the previous turn's (a provider's prompt cache holds them)."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: PromptInfo | None = None
+
+    def estimate(self, body: RequestBody, scope: str, answered: int) -> PromptInfo:
+        """The prompt of the turn `body` opens; `answered`: the previous turn's output tokens."""
+        last = self._last
+        if last is not None and last.known and isinstance(body.get("previous_response_id"), str):
+            info = _continued(last, answered, body)
+        else:
+            info = estimate_prompt(body, scope)
+        self._last = info
+        return info
+
+
+def _continued(last: PromptInfo, answered: int, request: RequestBody) -> PromptInfo:
+    items = request.get("input")
+    items = [items] if isinstance(items, str) else items if isinstance(items, list) else []
+    leaves = [_leaves(m) for m in items]
+    fraction = _fraction(leaves)
+    total = last.tokens + answered
+    h = last.prefixes[-1][1] if last.prefixes else b""
+    prefixes = list(last.prefixes)
+    if answered:  # the previous answer, held by the server: its text is in no body
+        h = _hash(h, answered)
+        prefixes.append((total, h))
+    for item, group in zip(items, leaves, strict=True):
+        total += _count(group, fraction) + (MESSAGE_OVERHEAD if isinstance(item, dict) else 0)
+        h = _hash(h, item)
+        prefixes.append((total, h))
+    return PromptInfo(total, "responses", request.max_output_tokens, request.reasoning_budget,
+                      request.model or last.model, tuple(prefixes))
 
 
 class PromptCache:

@@ -60,6 +60,7 @@ from tests.support.clients.agent_harness import (
     predicted_llm_time,
     run_agent,
     summary,
+    whatif_waits,
 )
 from tests.support.clients.fakeapi import FakeAPI
 from tests.support.clients.pacing import benchmarking, write_bench_row
@@ -240,6 +241,10 @@ def test_codex_websocket_and_sse_take_the_same_time(fake_api: FakeAPI, agent_pro
     assert predicted_llm_time(ws) == pytest.approx(predicted_llm_time(sse), rel=SAME_TIME), (
         summary(ws.records), summary(sse.records))
     assert not pacing_problems(ws) + pacing_problems(sse)
+    # `retimer whatif` times the WebSocket session turn by turn, as the same session over SSE
+    # (before: its turns ran into each other, and their prompts were unknown)
+    over_ws, over_sse = whatif_waits(ws.records, tmp_path / "ws"), whatif_waits(sse.records, tmp_path / "sse")
+    assert over_ws == pytest.approx(over_sse, rel=0.05), (over_ws, over_sse)
     if benchmarking():
         for name in ("codex-ws", "codex-sse"):
             grew, predicted = growth(runs[name, False], runs[name, True])

@@ -13,7 +13,7 @@ docs say a user sets it up with an OpenAI-compatible or Anthropic key (docs/clie
 Copilot runs twice: over HTTP with the Anthropic Messages API, and over WebSockets with the
 Responses API (its `COPILOT_PROVIDER_TRANSPORT=websockets`). For that WebSocket session the
 records' upstream figures must be the fake's own timing, and `retimer whatif` must give it a
-different wait under each profile.
+different wait under each profile, the wait it gives the same session over SSE.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from tests.support.clients.agent_harness import (
     CONTENT,
     NPM_BIN,
     PROMPT,
+    RESULTS,
     ROOT,
     Agent,
     Launch,
@@ -42,6 +43,7 @@ from tests.support.clients.agent_harness import (
     path_args,
     run_agent,
     summary,
+    whatif_waits,
 )
 from tests.support.clients.fakeapi import FakeAPI
 
@@ -141,6 +143,12 @@ AGENTS = {a.name: a for a in (
 )}
 
 
+# the same Responses session over HTTP (SSE), for the WebSocket comparison only
+COPILOT_SSE = Agent("copilot-sse", "openai-responses", "apply_patch", lambda p: {},
+                    _copilot("openai", "responses", "http", MODEL, "https://api.openai.com/v1"),
+                    NPM_BIN / "copilot", custom_input=patch_text)
+
+
 pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
 
 
@@ -206,3 +214,23 @@ def test_copilot_websocket_session_records_the_upstreams_timing(
     assert session["timed"] == len(run.records) and not session["unmodelled"], session
     waits = [p["waiting_s"] for p in session["profiles"]]
     assert waits[0] < waits[1] and session["recorded"]["waiting_s"] not in waits, session
+
+
+@pytest.mark.timeout(600)
+def test_copilot_websocket_and_sse_sessions_get_the_same_whatif(
+        fake_api: FakeAPI, agent_proxies: Proxies, tmp_path: Path) -> None:
+    """The same task through Copilot's two Responses transports, paced: one record per call,
+    and `retimer whatif` gives both sessions the same waits under each profile within 5 %
+    (before: the WebSocket's turns ran on until the client's next message, and whatif merged
+    them into one call that kept the agent's own time: "upstream alone 3.6 s")."""
+    runs = {}
+    for agent in (AGENTS["copilot-ws"], COPILOT_SSE):
+        run = RESULTS.get((agent.name, "forward", True)) or run_agent(
+            agent, "forward", True, fake_api, fake_api.script, agent_proxies, tmp_path / agent.name)
+        problems = check_run(run, agent)
+        assert not problems, "\n".join(problems)
+        runs[agent.name] = run
+    ws, sse = runs["copilot-ws"], runs["copilot-sse"]
+    assert [r["protocol"] for r in ws.records] == ["websocket"] * len(sse.records), summary(ws.records)
+    over_ws, over_sse = whatif_waits(ws.records, tmp_path / "ws"), whatif_waits(sse.records, tmp_path / "sse")
+    assert over_ws == pytest.approx(over_sse, rel=0.05), (over_ws, over_sse)

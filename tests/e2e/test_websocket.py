@@ -380,6 +380,39 @@ def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
     assert tail < 0.25, f"the repeats were paced: {tail:.2f} s after the last delta"
 
 
+def test_each_turn_is_a_call_of_its_own(proxy: RetimerProxy) -> None:
+    """Codex's way: a prewarm with the instructions, a pause (its tools, its user), then a turn
+    that sends only its new input after `previous_response_id`, then a pause before the close.
+    Each turn is a call: an id of its own, the socket in `connection`, its place in `turn`; its
+    emitted duration ends with its last message, not at the client's next message or the close;
+    its prompt is the chain's (the instructions the prewarm sent, and the new input)."""
+    instructions = "You are a coding agent in the user's terminal. Be brief. " * 120
+    before = len(proxy.records(0, timeout=0))
+    with FakeWSLLM([PREWARM, responses_turn(WORDS)]) as server:
+        client = ProxiedWSClient(proxy.port, "127.0.0.1", server.port, "/v1/responses")
+        try:
+            client.send(json.dumps({"type": "response.create", "generate": False, "input": [
+                {"type": "message", "role": "developer", "content": instructions}]}))
+            client.receive_until('"response.completed"')
+            time.sleep(1.0)
+            asked = client.send(json.dumps({
+                "type": "response.create", "previous_response_id": "resp_0",
+                "input": [{"type": "message", "role": "user", "content": "hi"}]}))
+            answer = client.receive_until('"response.completed"')
+            time.sleep(1.0)
+        finally:
+            client.close()
+    prewarm, turn = proxy.records(before + 2)[before:]
+    socket = turn["connection"]
+    assert prewarm["connection"] == socket and (prewarm["turn"], turn["turn"]) == (1, 2)
+    assert (prewarm["id"], turn["id"]) == (f"{socket}.1", f"{socket}.2")
+    assert prewarm["emitted"]["duration_ms"] < 500  # not the 1 s the client paused after it
+    got_ms = (answer[-1].at - asked) * 1000  # the client's wait for the answer
+    assert got_ms - 300 < turn["emitted"]["duration_ms"] < got_ms + 300  # not the 1 s to the close
+    prompts = prewarm["model"]["prompt_tokens"], turn["model"]["prompt_tokens"]
+    assert count_tokens(instructions) <= prompts[0] < prompts[1] < prompts[0] + 20, prompts
+
+
 def test_passthrough_records_every_turn_and_holds_nothing(tmp_path: Path) -> None:
     """A passthrough run (a study's control condition) records WebSocket turns as it records
     HTTP streams, with their tokens, and sends each message as it comes."""

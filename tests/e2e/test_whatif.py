@@ -105,6 +105,33 @@ def test_websocket_turns_are_modelled_like_any_call() -> None:
     assert gone is not None and gone.unmodelled == {"status 101": 1}  # 101 is a socket's only
 
 
+def test_calls_that_touch_are_not_one_period() -> None:
+    """A call that starts as the one before it ends waits on its own: the two do not overlap,
+    so under a faster profile the time between them stays (before, touching calls merged and
+    the time between them shrank with the model)."""
+    r = whatif("s", [record(0, 2.0, 0.1), record(2.0, 2.0, 0.1)], TIMED)
+    assert r is not None and r.between_s == 0.0
+    assert r.upstream.waiting_s == pytest.approx(0.2)  # two periods: 0.1 each
+    merged = whatif("s", [record(0, 2.0, 0.1), record(1.999, 2.0, 0.1)], TIMED)
+    assert merged is not None and merged.upstream.waiting_s == pytest.approx(1.999 + 0.1)
+
+
+def test_a_websocket_turn_recorded_before_version_3_ends_at_its_last_event() -> None:
+    """Before records version 3 a turn's emitted duration ran until the client's next message
+    (the socket's id on every turn): whatif ends it with its last event sent, from its trace,
+    so a session of short turns with pauses between them is not one long call."""
+    trace = {"unit_ms": 0.01, "emitted": {"t": [50_000, 10_000], "n": [5, 11]}}  # 0.5, 0.6 s
+    old = [record(t, 3.0, 0.05, tokens=16, protocol="websocket", status=101, id="sock",
+                  trace=trace) for t in (0.0, 3.0, 6.0)]
+    assert all(r.schema == 1 for r in old)
+    r = whatif("ws", old, TIMED[:1])
+    assert r is not None and r.recorded.waiting_s == pytest.approx(3 * 0.6)
+    assert r.between_s == pytest.approx(6.0 + 0.6 - 3 * 0.6)  # span: to the last turn's end
+    new = [dataclasses.replace(t, schema=3) for t in old]  # a version 3 duration is the turn's
+    r3 = whatif("ws", new, TIMED[:1])
+    assert r3 is not None and r3.recorded.waiting_s == pytest.approx(9.0)
+
+
 def test_a_session_with_no_call_the_model_can_time() -> None:
     r = whatif("s", [record(0, 2.0, outcome="upstream-error")], TIMED)
     assert r is not None and r.unmodelled == {"outcome upstream-error": 1}

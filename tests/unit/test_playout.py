@@ -174,11 +174,34 @@ def test_a_websocket_sends_each_turn_in_order_and_retires_it() -> None:
     step = ws.server_message(encode_message(b'{"delta":"hi"}', is_text=True), 0.0, None)
     assert step.data == b"" and step.wake is not None
     assert ws.holding
-    turn_over = ws.client_message(1.0, later, 1)
+    turn_over = ws.client_message(1.0, b"ask")
     assert turn_over.turns == ()  # turn 0 still holds its message
+    assert ws.asked is not None and (ws.asked.at, ws.asked.content, ws.asked.number) == (1.0, b"ask", 1)
+    ws.open_turn(later, 1)  # the shell draws the turn's timing at its first answer
+    assert ws.asked is None
     out = ws.step(step.wake, None)
     assert decode_messages(out.data) == [(b'{"delta":"hi"}', True)]
     assert [t.index for t in out.turns] == [0] and not ws.holding
+
+
+def test_a_turn_ends_with_its_last_message_not_the_next_turn() -> None:
+    """A turn is over when its last message is sent (`last_sent`), however long the client
+    then waits before its next message; turns are numbered in the socket's order."""
+    ws = ws_playout()
+    step = ws.server_message(encode_message(b'{"delta":"one two"}', is_text=True), 0.0, None)
+    assert step.wake is not None
+    ws.step(step.wake, None)
+    out = ws.client_message(9.0, b"next")  # the client thought for ~8 s
+    (turn,) = out.turns
+    assert (turn.number, turn.last_sent) == (0, step.wake)
+    assert ws.asked is not None and ws.asked.answered == turn.pacer.stats.upstream.tokens > 0
+    # a second message before any answer replaces the first; it keeps the tokens answered before
+    ws.client_message(9.5, b"again")
+    assert ws.asked is not None and (ws.asked.content, ws.asked.number) == (b"again", 2)
+    assert ws.asked.answered == turn.pacer.stats.upstream.tokens
+    ws.open_turn(StreamPacer(WebSocketMessageAdapter(), FixedTiming(0.5, 0.1), 9.5), 1)
+    ws.server_message(encode_message(b'{"delta":"three"}', is_text=True), 9.6, None)
+    assert ws.turns[-1].number == 2 and ws.turns[-1].messages == 1 and ws.turns[-1].last_sent is None
 
 
 def test_a_closed_websocket_says_what_it_never_sent() -> None:

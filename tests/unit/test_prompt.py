@@ -14,8 +14,10 @@ from retimer.wire.prompt import (
     MESSAGE_OVERHEAD,
     PromptCache,
     PromptInfo,
+    TurnPrompts,
     estimate_prompt,
 )
+from retimer.wire.request import RequestBody
 from retimer.wire.tokenizer import count_tokens
 
 SYSTEM = "You are a careful assistant. Answer briefly and cite sources."
@@ -161,6 +163,38 @@ def test_a_growing_conversation_shares_its_earlier_prefixes() -> None:
     assert chat(LONG + "!", QUESTION).prefixes[0][1] != one.prefixes[0][1]
     assert chat(LONG, QUESTION, model="other").prefixes[0][1] != one.prefixes[0][1]
     assert chat(LONG, QUESTION, scope="elsewhere").prefixes[0][1] != one.prefixes[0][1]
+
+
+def responses(*items: str, previous: str | None = None) -> RequestBody:
+    """A Responses request as Codex sends it on a WebSocket (`response.create`, its tools)."""
+    body: dict[str, Any] = {"type": "response.create", "model": "gpt-5", "tools": [{"name": "shell"}],
+                            "input": [{"type": "message", "role": "user", "content": t} for t in items]}
+    if previous is not None:
+        body["previous_response_id"] = previous
+    return RequestBody(json.dumps(body).encode())
+
+
+def test_a_websocket_turn_that_names_the_previous_response_continues_its_prompt() -> None:
+    """Codex over a WebSocket sends only the new input after `previous_response_id`: the turn's
+    prompt is the previous turn's, its answer and the new items, as the same session over SSE
+    (every item, each time) gives it; its prefixes continue the previous turn's."""
+    turns = TurnPrompts()
+    first = turns.estimate(responses(LONG, QUESTION), "h", answered=0)
+    assert first == estimate_prompt(responses(LONG, QUESTION), "h")
+    second = turns.estimate(responses("Thanks, and Lyon?", previous="resp_1"), "h", answered=40)
+    whole = estimate_prompt(responses(LONG, QUESTION, "Thanks, and Lyon?"), "h")
+    assert second.tokens == first.tokens + 40 + C("Thanks, and Lyon?") + MESSAGE_OVERHEAD
+    assert second.tokens == pytest.approx(whole.tokens + 40, abs=2)
+    assert second.prefixes[: len(first.prefixes)] == first.prefixes
+    assert second.api == "responses" and second.model == "gpt-5"
+    cache = PromptCache()
+    cache.lookup(first, 0.0, 1024, 300)
+    assert cache.lookup(second, 1.0, 1024, 300) == first.tokens  # the earlier turn is cached
+    # a turn that names no previous response is a prompt of its own, as is the first one
+    fresh = turns.estimate(responses(QUESTION), "h", answered=10)
+    assert fresh == estimate_prompt(responses(QUESTION), "h")
+    lone = TurnPrompts().estimate(responses(QUESTION, previous="resp_0"), "h", answered=10)
+    assert lone == estimate_prompt(responses(QUESTION, previous="resp_0"), "h")
 
 
 def test_cache_returns_the_longest_earlier_prefix_above_the_minimum() -> None:

@@ -51,7 +51,7 @@ FULL = StreamRecord(
     released_early=0, cache="stored",
     study=StudyTags("s", "P1", "fast", 2, conversation="c", level=400, staircase="1-down/1-up; slow",
                     study_error="state unavailable: x"),
-    worker=2, demo=Demo(pane=1, run="r1"),
+    worker=2, demo=Demo(pane=1, run="r1"), connection="c9", turn=2,  # every optional field set
 )
 FULL_RATING = Rating(stream="f1", time="2026-11-30T02:20:00.000+00:00",
                      scores={"speed": 5, "quality": None}, slow=True, stream_index=3, study="s",

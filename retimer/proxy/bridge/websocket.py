@@ -19,20 +19,22 @@ from mitmproxy import ctx, http
 
 from retimer.proxy.bridge.websocket_order import WebSocketOrder
 from retimer.timing.pacer import StreamPacer
-from retimer.timing.playout import PlayoutPool, Step
+from retimer.timing.playout import PlayoutPool, Step, Turn
 from retimer.timing.turns import WebSocketPlayout
+from retimer.wire.prompt import TurnPrompts
 from retimer.wire.protocols.websocket import decode_messages, encode_message
 
 logger = logging.getLogger("retimer")
 
-NewPacer = Callable[[http.HTTPFlow, float], tuple[StreamPacer, int]]
-TurnDone = Callable[[http.HTTPFlow, StreamPacer, float, str, int], None]
+NewPacer = Callable[[http.HTTPFlow, float, bytes, TurnPrompts, int], tuple[StreamPacer, int]]
+TurnDone = Callable[[http.HTTPFlow, Turn, float, str], None]
 
 
 @dataclass(slots=True)
 class PacedWebSocket:
     flow: http.HTTPFlow
     playout: WebSocketPlayout
+    prompts: TurnPrompts  # the turns' prompts, a Responses chain followed from turn to turn
     timer: asyncio.TimerHandle | None = None
     timer_due: float = 0.0
     closed: bool = False
@@ -48,7 +50,9 @@ class PacedWebSocket:
 
 class WebSocketPacing:
     """The WebSocket side of the Retimer addon: one PacedWebSocket per paced connection.
-    `new_pacer` draws a turn's timing, `on_done` records a turn that is over."""
+    `new_pacer` draws a turn's timing (given its start, the client message that opened it, the
+    socket's prompts and the tokens the turn before answered), `on_done` records a turn that is over, with the time it
+    ended: its last message sent (the close, for a turn cut off with messages held)."""
 
     def __init__(self, order: WebSocketOrder, pool: PlayoutPool, new_pacer: NewPacer, on_done: TurnDone) -> None:
         self._order = order  # the bridge's: keeps a socket's server events behind held messages
@@ -58,8 +62,9 @@ class WebSocketPacing:
         self.sockets: dict[str, PacedWebSocket] = {}
 
     def start(self, flow: http.HTTPFlow) -> None:
-        pacer, index = self._new_pacer(flow, time.monotonic())
-        ws = PacedWebSocket(flow, WebSocketPlayout(pacer, index, self._pool))
+        prompts = TurnPrompts()
+        pacer, index = self._new_pacer(flow, time.monotonic(), b"", prompts, 0)
+        ws = PacedWebSocket(flow, WebSocketPlayout(pacer, index, self._pool), prompts)
         self.sockets[flow.id] = ws
         self._order.hold(flow, ws.holding)
 
@@ -74,13 +79,18 @@ class WebSocketPacing:
             return
         now = time.monotonic()
         if message.from_client:
-            pacer, index = self._new_pacer(flow, now)
-            self._record(ws, ws.playout.client_message(now, pacer, index))
+            self._record(ws, ws.playout.client_message(now, message.content))
             return
         message.drop()
-        record = encode_message(message.content, is_text=message.is_text)
         # bytes that waited behind held messages count from when they came, not from now
-        self._arm(ws, ws.playout.server_message(record, now, ws.armed, self._order.arrival(flow)))
+        arrived = self._order.arrival(flow)
+        came = now if arrived is None else min(arrived, now)
+        if (asked := ws.playout.asked) is not None:  # the turn's first answer: draw its timing
+            pacer, index = self._new_pacer(flow, asked.at, asked.content, ws.prompts, asked.answered)
+            ws.playout.open_turn(pacer, index)
+            now = time.monotonic()  # the draw took a moment: the timer counts from after it
+        record = encode_message(message.content, is_text=message.is_text)
+        self._arm(ws, ws.playout.server_message(record, now, ws.armed, came))
 
     def drain(self) -> None:
         """The proxy is shutting down (the pool drains): every held message goes out now,
@@ -110,7 +120,8 @@ class WebSocketPacing:
             lost += left
             if turn.messages:
                 ended = outcome or ("client-gone" if left else "complete")
-                self._on_done(flow, turn.pacer, now, ended, turn.index)
+                last = now if left or turn.last_sent is None else turn.last_sent
+                self._on_done(flow, turn, last, ended)
         if lost:
             closed_by = "client" if flow.websocket and flow.websocket.closed_by_client else "peer"
             logger.info(f"retimer: WebSocket closed by the {closed_by} with {lost} message(s) held")
@@ -131,7 +142,8 @@ class WebSocketPacing:
     def _record(self, ws: PacedWebSocket, step: Step) -> None:
         for turn in step.turns:
             if turn.messages:
-                self._on_done(ws.flow, turn.pacer, time.monotonic(), "complete", turn.index)
+                last = turn.last_sent if turn.last_sent is not None else time.monotonic()
+                self._on_done(ws.flow, turn, last, "complete")
 
     def _arm(self, ws: PacedWebSocket, step: Step) -> None:
         if step.wake is None or ws.closed:

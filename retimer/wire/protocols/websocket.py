@@ -27,6 +27,7 @@ from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.jsontarget import JSONPath, JSONTarget
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.protocols.sse_json import dumps
+from retimer.wire.request import RequestBody
 
 __all__ = [
     "BrokenRecord",
@@ -34,6 +35,7 @@ __all__ = [
     "decode_messages",
     "encode_message",
     "is_llm_websocket_path",
+    "turn_request",
 ]
 
 _HEADER = struct.Struct(">cI")  # b"t" (text) or b"b" (binary), payload length
@@ -89,6 +91,17 @@ def decode_messages(data: bytes) -> list[tuple[bytes, bool]]:
 def is_llm_websocket_path(path: str) -> bool:
     """Paths of LLM WebSocket APIs on any host (OpenAI Realtime, Gemini Live, ...)."""
     return bool(_LLM_WS_PATH.search(path))
+
+
+def turn_request(payload: bytes) -> RequestBody:
+    """The request a client message makes, for its turn's prompt estimate: a `response.create`'s
+    fields at the top level (Codex, Copilot: the Responses body itself) or under `response`
+    (Realtime), else the message as it is."""
+    body = RequestBody(payload, "application/json")
+    nested = body.get("response")
+    if isinstance(nested, dict) and "input" not in (body.object or {}):
+        return RequestBody.from_text(dumps(nested), "application/json")
+    return body
 
 
 class WebSocketMessageAdapter(Adapter):

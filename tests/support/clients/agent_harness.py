@@ -373,7 +373,29 @@ def check_run(run: Run, agent: Agent) -> list[str]:
                             f"{dt.datetime.fromtimestamp(req.time, dt.UTC).isoformat()} says "
                             f"time {rec['time']}")
         previous = req.time
+    ids = [rec["id"] for rec in run.records]
+    if len(set(ids)) != len(ids):
+        problems.append(f"{what}: record ids repeat: {ids}")
+    # a WebSocket turn is a call: its socket in `connection`, its place in `turn`
+    for rec in run.records:
+        if rec["protocol"] == "websocket" and rec["id"] != f"{rec.get('connection')}.{rec.get('turn')}":
+            problems.append(f"{what}: a WebSocket turn's record says id {rec['id']}, connection "
+                            f"{rec.get('connection')}, turn {rec.get('turn')}")
     return problems
+
+
+def whatif_waits(records: list[dict[str, Any]], tmp: Path, profiles: str = "cerebras,gpt-5,o3"
+                 ) -> dict[str, float]:
+    """`retimer whatif --json` on the records as one session: each profile's waiting time (s)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    log = tmp / "whatif.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, "-m", "retimer", "whatif", str(log), "--json",
+                           "--profiles", profiles], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    (session,) = json.loads(done.stdout)["sessions"]
+    return {p["profile"]: p["waiting_s"] for p in session["profiles"]}
 
 
 def predicted_llm_time(run: Run) -> float:
