@@ -38,6 +38,7 @@ from retimer.proxy.hooks import (
     HookCaller,
     RecordHook,
     StreamDoneHook,
+    StreamHandle,
     StreamStartHook,
 )
 from retimer.proxy.patches.arrival import TICK_S, kernel_tick_s, waited_s
@@ -254,7 +255,7 @@ class Retimer:
         start = time.monotonic() - max(0.0, time.time() - request_start(flow))
         pacer, index = self._pacer(verdict.adapter, start, verdict.decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": verdict.adapter.name}
-        self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, pacer))
+        self.hooks.trigger(ctx.master.addons, StreamStartHook(flow, StreamHandle(pacer)))
         self.bridge.pace(flow, pacer, self._finished)
         self.active[flow.id] = (flow, pacer)
 
@@ -339,7 +340,7 @@ class Retimer:
     def _finished(self, flow: http.HTTPFlow, pacer: StreamPacer, end: float, outcome: str) -> None:
         self.active.pop(flow.id, None)
         record = self._record(flow, pacer, end, outcome)
-        self.hooks.trigger(ctx.master.addons, StreamDoneHook(flow, pacer, record))  # before it is written
+        self.hooks.trigger(ctx.master.addons, StreamDoneHook(flow, StreamHandle(pacer), record))  # before it is written
         cache, extra = flow.metadata.get(CACHE_KEY), other_fields(flow.metadata.get(RECORD_KEY, {}))
         if cache != record.cache or extra != record.extra:  # the cache stored it, an addon added
             record = replace(record, cache=cache, extra=extra)

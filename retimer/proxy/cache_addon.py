@@ -40,10 +40,9 @@ from mitmproxy.addonmanager import Loader
 from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
 from retimer.proxy.flows import destination_host, destination_url, request_body
-from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY
+from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY, StreamHandle
 from retimer.proxy.loopback import LoopbackServer
 from retimer.records.schema import StreamRecord
-from retimer.timing.pacer import StreamPacer
 
 logger = logging.getLogger("retimer")
 
@@ -204,25 +203,25 @@ class ResponseCache:
             logger.warning(f"retimer: a cache hit was not served: {flow.error}")
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
-    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
+    def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
         if self.store is not None and flow.metadata.get(CACHE_KEY) == "miss":
-            pacer.captured = bytearray()
+            stream.keep_body()
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, stream: StreamHandle, record: StreamRecord) -> None:
         key = flow.metadata.get(CACHE_ENTRY_KEY)
         response = flow.response
         if (
             self.store is None or flow.metadata.get(CACHE_KEY) != "miss" or key is None
             or response is None or response.status_code != 200
             or record.outcome != "complete"
-            or pacer.captured is None or pacer.fallback is not None
-            or pacer.adapter.api_error or pacer.adapter.anomaly is not None
-            or pacer.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
+            or (body := stream.body) is None or stream.fallback is not None
+            or stream.adapter.api_error or stream.adapter.anomaly is not None
+            or stream.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
         ):
             return  # (gRPC over HTTP/2 ends in trailers, which an entry does not keep)
         entry = new_entry(
             response.status_code, response.reason, response.headers.items(multi=True),
-            bytes(pacer.captured), url=destination_url(flow), method=flow.request.method,
+            body, url=destination_url(flow), method=flow.request.method,
             protocol=flow.metadata.get(STREAM_KEY, {}).get("protocol"),
             created=datetime.now(UTC).isoformat(timespec="seconds"),
         )

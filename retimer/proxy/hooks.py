@@ -2,7 +2,7 @@
 
 The Retimer addon triggers these hooks (with `HookCaller`, as `ctx.master.addons.trigger(...)`
 would); any addon (the study, the cache, a `-s` script) takes part by having a method of the
-hook's name, e.g. `def retimer_stream_done(self, flow, pacer, record)`. They are called in the
+hook's name, e.g. `def retimer_stream_done(self, flow, stream, record)`. They are called in the
 order the addons were added (`retimer.proxy.addons`: the study's hooks run before the
 cache's), and an addon's exception is logged without stopping the others.
 """
@@ -20,6 +20,7 @@ from mitmproxy.hooks import Hook
 from retimer.proxy.patches.hooks import HookTable, invoke_addon_sync
 from retimer.records.schema import StreamRecord
 from retimer.timing.pacer import StreamPacer
+from retimer.wire.protocols.base import Adapter
 
 # flow.metadata keys: who sets each, and what it holds
 STREAM_KEY = "retimer"  # Retimer: {"index": stream index, "protocol": adapter name}, once paced
@@ -35,15 +36,47 @@ PROMPT_KEY = "retimer_prompt_tokens"  # Retimer: a passthrough stream's (prompt 
 WORKER_KEY = "worker"  # in RECORD_KEY's fields: the worker (1..N) that served the stream
 
 
+class StreamHandle:
+    """What the other addons see of a stream retimer paces, and the one thing they may ask of
+    it: to keep the body it decodes. (Not the pacer: its state is the timing's alone.)"""
+
+    __slots__ = ("__weakref__", "_pacer")
+
+    def __init__(self, pacer: StreamPacer) -> None:
+        self._pacer = pacer
+
+    def keep_body(self) -> None:
+        """Keep the decoded body, from here on, for `body` (ask in `retimer_stream_start`)."""
+        if self._pacer.captured is None:
+            self._pacer.captured = bytearray()
+
+    @property
+    def body(self) -> bytes | None:
+        """The decoded body kept since `keep_body` (None: nobody asked, or a buffer cap let it
+        go); whole only when `fallback` is None."""
+        kept = self._pacer.captured
+        return None if kept is None else bytes(kept)
+
+    @property
+    def adapter(self) -> Adapter:
+        """The protocol adapter that read the stream: its `name`, `api_error`, `anomaly`."""
+        return self._pacer.adapter
+
+    @property
+    def fallback(self) -> str | None:
+        """Why (part of) the stream went through unparsed or unpaced; None: it did not."""
+        return self._pacer.fallback
+
+
 @dataclass
 class StreamStartHook(Hook):
     """A pacer was made for an HTTP stream, before its first byte (a hook may ask it to keep
-    the body it decodes: `pacer.captured = bytearray()`)."""
+    the body it decodes: `stream.keep_body()`)."""
 
     name = "retimer_stream_start"
 
     flow: http.HTTPFlow
-    pacer: StreamPacer
+    stream: StreamHandle
 
 
 @dataclass
@@ -56,7 +89,7 @@ class StreamDoneHook(Hook):
     name = "retimer_stream_done"
 
     flow: http.HTTPFlow
-    pacer: StreamPacer
+    stream: StreamHandle
     record: StreamRecord
 
 

@@ -12,27 +12,33 @@ from pathlib import Path
 import httpx
 from mitmproxy import http
 
-from retimer.proxy.hooks import RECORD_KEY
+from retimer.proxy.hooks import RECORD_KEY, StreamHandle
 from retimer.records.reader import read_logs
 from retimer.records.schema import SCHEMA_VERSION, StreamRecord
-from retimer.timing.pacer import StreamPacer
 from tests.support.inproc_proxy import InProcessProxy
 from tests.support.upstream import FakeLLM
 
 
 class Labeller:
-    """A user's addon: a label when the request comes, a figure when the stream is done."""
+    """A user's addon: a label when the request comes, a figure when the stream is done, and
+    the stream's decoded body, kept through the hooks' handle."""
 
     name = "labeller"
 
     def __init__(self) -> None:
         self.seen: list[object] = []
+        self.bodies: list[tuple[str, str | None, bytes | None]] = []
+
+    def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
+        assert stream.body is None  # nothing is kept unless an addon asks
+        stream.keep_body()
 
     def request(self, flow: http.HTTPFlow) -> None:
         flow.metadata[RECORD_KEY] = {**flow.metadata.get(RECORD_KEY, {}), "team": "blue"}
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, stream: StreamHandle, record: StreamRecord) -> None:
         self.seen.append(record)
+        self.bodies.append((stream.adapter.name, stream.fallback, stream.body))
         tokens = record.emitted.tokens if record.emitted else None
         flow.metadata[RECORD_KEY] = {**flow.metadata.get(RECORD_KEY, {}), "tokens_seen": tokens}
 
@@ -46,6 +52,8 @@ def test_an_addons_fields_are_written_with_the_record(tmp_path: Path) -> None:
             assert r.status_code == 200
         (line,) = proxy.records(1)
     (record,) = labeller.seen
+    ((adapter, fallback, body),) = labeller.bodies
+    assert (adapter, fallback) == ("openai-chat", None) and body == fake.openai_body  # as it came
     assert isinstance(record, StreamRecord) and record.outcome == "complete"
     assert record.extra == {"team": "blue"}  # the stream_done field comes after this hook
     assert line["schema"] == SCHEMA_VERSION and line["team"] == "blue"

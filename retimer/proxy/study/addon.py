@@ -32,7 +32,7 @@ from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile
 from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
-from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY
+from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY, StreamHandle
 from retimer.proxy.study.files import load_roster, load_study
 from retimer.proxy.study.rating_page import RatingPage
 from retimer.proxy.study.state import (
@@ -52,7 +52,6 @@ from retimer.study.participants import (
     identify,
 )
 from retimer.study.staircase import position_after
-from retimer.timing.pacer import StreamPacer
 from retimer.wire.protocols.base import RequestShape
 
 log = logging.getLogger(__name__)
@@ -259,17 +258,17 @@ class Study:
             self._warn(f"retimer study: a staircase answer was not kept ({e})")
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
-    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
-        if STUDY_LINK_KEY in flow.metadata and pacer.captured is None:
-            pacer.captured = bytearray()  # the response names the ids later turns carry
+    def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
+        if STUDY_LINK_KEY in flow.metadata:
+            stream.keep_body()  # the response names the ids later turns carry
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, stream: StreamHandle, record: StreamRecord) -> None:
         link = flow.metadata.get(STUDY_LINK_KEY)
         if link is None:
             return
         kind, key, participant = link
-        if pacer.captured is not None:
-            body = bytes(pacer.captured)
+        if (kept := stream.body) is not None:
+            body = kept
         elif flow.response is not None and not flow.response.stream:
             body = flow.response.get_content(strict=False) or b""
         else:

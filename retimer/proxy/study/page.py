@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
-from retimer.proxy.hooks import PAGE_TURN_KEY
+from retimer.proxy.hooks import PAGE_TURN_KEY, StreamHandle
 from retimer.proxy.study.addon import Study
 from retimer.proxy.study.page_responses import (
     headers,
@@ -55,7 +55,6 @@ from retimer.study.page import (
 )
 from retimer.study.page_app import admin_page, app_page, message_page
 from retimer.study.status import status_lines, summarize
-from retimer.timing.pacer import StreamPacer
 
 log = logging.getLogger(__name__)
 
@@ -291,14 +290,14 @@ class StudyPage:
             flow.response.headers[TURN_HEADER] = flow.id  # the page rates the turn by it
             flow.response.headers["cache-control"] = "no-store"
 
-    def retimer_stream_start(self, flow: http.HTTPFlow, pacer: StreamPacer) -> None:
-        if PAGE_TURN_KEY in flow.metadata and pacer.captured is None:
-            pacer.captured = bytearray()  # the reply's text joins the server-kept history
+    def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
+        if PAGE_TURN_KEY in flow.metadata:
+            stream.keep_body()  # the reply's text joins the server-kept history
 
-    def retimer_stream_done(self, flow: http.HTTPFlow, pacer: StreamPacer, record: StreamRecord) -> None:
+    def retimer_stream_done(self, flow: http.HTTPFlow, stream: StreamHandle, record: StreamRecord) -> None:
         if PAGE_TURN_KEY not in flow.metadata or self.settings is None or self.state is None:
             return
-        body = bytes(pacer.captured) if pacer.captured is not None else b""
+        body = stream.body or b""
         tokens = record.emitted.tokens if record.emitted is not None else None
         self._finish(flow.id, reply_text(self.settings.api, body), record.outcome == "complete",
                      tokens or 0, record.condition, record.unit)
