@@ -42,6 +42,7 @@ VIOLATIONS: dict[str, tuple[str, str]] = {
     "core-no-dynamic-imports": ("retimer/profile/loader.py", "import importlib.resources"),
     # the study file's loader, which `study analyze --study` imports, taking the proxy's in
     "analysis-no-mitmproxy": ("retimer/proxy/study/files.py", "import mitmproxy.http"),
+    "addons-see-no-pacer": ("retimer/proxy/cache_addon.py", "from retimer.timing.pacer import StreamPacer"),
 }
 
 # ignored imports of a whole external package (import-linter sees only top-level names): what
