@@ -98,6 +98,8 @@ class Driver:
         self.playout.warnings.clear()
 
     def _write(self, sink: ClientSink, stream: HttpStream, data: bytes) -> None:
+        """`data` to the client through `sink`, and into the flow's body when mitmproxy keeps
+        streamed bodies."""
         sink.write(data)
         if self._keep_body is None:  # an option read costs a deepcopy: once per stream
             self._keep_body = bool(stream.context.options.store_streamed_bodies)
@@ -107,7 +109,9 @@ class Driver:
 
 class StreamDriver(Driver):
     """A paced stream. Wakes come through mitmproxy (`woken`) until its connection handler is
-    known, then from the bridge's own timers, which try `wake_direct` first."""
+    known, then from the bridge's own timers, which try `wake_direct` first. Either way one
+    method wakes it (`_wake`: the playout's step, its bytes to a sink); they differ only in the
+    sink (`LayerSink` or `ClientWriter`) and in who ends the stream (mitmproxy's layers)."""
 
     __slots__ = ("_layers", "_looked", "_writer", "handler", "held_end", "routes", "stream", "wakeups")
 
@@ -167,20 +171,10 @@ class StreamDriver(Driver):
             out = self._writer
             if out is None or not out.ready or self._upstream_gone(stream):
                 return False
-            wakeups = self.wakeups
-            wake = wakeups.pop(cmd)
-            playout = self.playout
-            step = playout.step(time.monotonic(), min(wakeups.values(), default=None))
-            if playout.warnings:
-                self._log_warnings(stream)
-            if data := step.data:
-                out.write(data)
-                if self._keep_body is None:  # an option read costs a deepcopy: once per stream
-                    self._keep_body = bool(stream.context.options.store_streamed_bodies)
-                if self._keep_body:
-                    stream.response_body_buf += data
+            wake = self.wakeups.pop(cmd)
+            step = self._wake(stream, out)
             if step.end is not None:
-                wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
+                self.wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
                 return False
             if step.wake is not None and self._arm(stream, step) is not None:
                 raise RuntimeError("a stream with a known handler asked for mitmproxy's wakeup")
@@ -193,23 +187,33 @@ class StreamDriver(Driver):
                 self.wakeups.setdefault(cmd, wake)  # the ordinary way delivers this wakeup
             return False
 
+    def _wake(self, stream: HttpStream, sink: ClientSink) -> Step:
+        """One wake, either way: the playout's step at this moment, its bytes to `sink`."""
+        playout = self.playout
+        step = playout.step(time.monotonic(), min(self.wakeups.values(), default=None))
+        if playout.warnings:
+            self._log_warnings(stream)
+        if step.data:
+            self._write(sink, stream, step.data)
+        return step
+
+    def _layer_sink(self, stream: HttpStream) -> LayerSink:
+        sink = self._layers
+        if sink is None:
+            sink = self._layers = LayerSink(stream)
+        return sink
+
     def _play(self, stream: HttpStream) -> Commands:
-        """One wake through mitmproxy's layers."""
+        """One wake through mitmproxy's layers (which also end the stream)."""
         if self._upstream_gone(stream):
             logger.warning(f"retimer: the upstream connection of a stream from "
                            f"{stream.flow.request.pretty_host} closed without ending it; "
                            "ending it as broken")
             yield from self._end_broken(stream, server_error(stream, "server connection lost"))
             return
-        step = self.playout.step(time.monotonic(), min(self.wakeups.values(), default=None))
-        if self.playout.warnings:
-            self._log_warnings(stream)
-        if step.data:
-            sink = self._layers
-            if sink is None:
-                sink = self._layers = LayerSink(stream)
-            self._write(sink, stream, step.data)
-            yield from sink.commands()
+        sink = self._layer_sink(stream)
+        step = self._wake(stream, sink)
+        yield from sink.commands()
         if step.end is End.COMPLETE:
             end = self.held_end
             assert end is not None  # COMPLETE comes only after the upstream's end
@@ -226,9 +230,7 @@ class StreamDriver(Driver):
         `error` (a ResponseProtocolError: HTTP/1 no terminating chunk, h2 RST_STREAM)."""
         data = self.playout.abort(time.monotonic())
         if data:
-            sink = self._layers
-            if sink is None:
-                sink = self._layers = LayerSink(stream)
+            sink = self._layer_sink(stream)
             self._write(sink, stream, data)
             yield from sink.commands()
         self.finish("upstream-error")

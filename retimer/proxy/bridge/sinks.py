@@ -1,7 +1,8 @@
 """Where a stream's bytes go to its client: one `ClientSink` interface, two ways.
 
 `LayerSink` sends through mitmproxy's layers: a `SendHttp(ResponseData)` command that the
-stream's generator yields. `ClientWriter` writes straight to the connection. Why (BENCHMARKS.md,
+stream's generator yields (`commands`). `ClientWriter` writes straight to the connection (its
+`commands` are always none). Both say whether they take bytes now (`ready`). Why (BENCHMARKS.md,
 "CPU per event"): through mitmproxy, every timed write is a `Wakeup` sent down the connection's
 layer stack to the stream and a `SendHttp` sent back up through the HTTP layer, the client's HTTP
 connection (HTTP/1 chunk framing, or h2 frames and flow control), the client's TLS layer
@@ -54,7 +55,16 @@ _PASSING: tuple[type, ...] = (
 class ClientSink(Protocol):
     """Takes a response's body bytes for its client, in order."""
 
+    @property
+    def ready(self) -> bool:
+        """The sink takes bytes now (False: the client is going; the ordinary way sees it go)."""
+        ...
+
     def write(self, data: bytes) -> None: ...
+
+    def commands(self) -> Iterator[commands.Command]:
+        """What the stream's handler must yield for the writes so far to happen, each once."""
+        ...
 
 
 class LayerSink:
@@ -67,6 +77,12 @@ class LayerSink:
         self._stream_id = stream.stream_id
         self._client = stream.context.client
         self._pending: list[commands.Command] = []
+
+    @property
+    def ready(self) -> bool:
+        """mitmproxy's layers take a write whatever the connection's state (and drop it when
+        the client has gone)."""
+        return True
 
     def write(self, data: bytes) -> None:
         self._pending.append(SendHttp(ResponseData(self._stream_id, data), self._client))
@@ -118,6 +134,10 @@ class ClientWriter:
                 except SSL.WantReadError:
                     break
         self._watchdog.register_activity()
+
+    def commands(self) -> Iterator[commands.Command]:
+        """None: every write is on the transport already."""
+        return iter(())
 
 
 def client_writer(stream: HttpStream, handler: ConnectionHandler) -> ClientWriter | None:
