@@ -119,6 +119,23 @@ def test_websocket_random_messages(messages: list[tuple[bytes, bool]], data: st.
         check_stream(SPEC_BY_NAME["websocket"], stream, cuts)
 
 
+_TYPE_STRING = re.compile(rb'"type"(\s*):(\s*)"([^"\\]*)"')
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=ids)
+def test_type_fields_of_the_wrong_kind(spec: Spec) -> None:
+    """Every `"type": "..."` of a real stream made an object, then a list: valid JSON that
+    names no known event (a lookup by it once raised `unhashable type`, found by the fuzzer in
+    the Cohere adapter, and five others had the same line)."""
+    seed = spec.seeds()[0]
+    for wrong in (rb'"type"\1:\2{"\3": 1}', rb'"type"\1:\2["\3"]'):
+        data = _TYPE_STRING.sub(wrong, seed)
+        if data == seed:
+            continue  # a format without `type` fields
+        with cpu_limit(CPU_LIMIT_S):
+            check_stream(spec, data, [len(data) // 3, len(data) // 2], strict=not spec.internal_framing)
+
+
 @pytest.mark.parametrize("spec", SPECS, ids=ids)
 def test_binary_data_labelled_as_a_stream(spec: Spec) -> None:
     """A gzip body the upstream forgot to label, an image, a protobuf-ish blob."""

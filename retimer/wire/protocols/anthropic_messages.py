@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
 from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
@@ -42,7 +42,7 @@ class AnthropicMessagesAdapter(SSEJSONAdapter):
         if obj.get("type") != "content_block_delta":
             return Event(raw=sse.raw)
         delta = obj.get("delta")
-        spec = _DELTA_FIELDS.get(delta.get("type")) if isinstance(delta, dict) else None  # type: ignore[arg-type]
+        spec = _DELTA_FIELDS.get(text_field(delta, "type")) if isinstance(delta, dict) else None
         if spec is None:
             return Event(raw=sse.raw)
         field, channel = spec

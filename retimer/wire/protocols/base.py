@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from retimer.wire.errors import AdapterError
 from retimer.wire.request import RequestBody
 
-__all__ = ["Adapter", "AdapterError", "Channel", "Event", "RequestShape", "check_split"]
+__all__ = ["Adapter", "AdapterError", "Channel", "Event", "RequestShape", "check_split", "text_field"]
 
 
 class Channel(StrEnum):
@@ -163,3 +163,10 @@ def check_split(event: Event, pieces: Sequence[str]) -> None:
         raise ValueError("event is not splittable")
     if not pieces or "".join(pieces) != event.text:
         raise ValueError("pieces do not add up to the event's text")
+
+
+def text_field(obj: Mapping[str, Any], key: str) -> str:
+    """`obj[key]` when it is a string, else "": a malformed event's `"type": {...}` must not
+    reach a dict lookup (an unhashable key raises)."""
+    value = obj.get(key)
+    return value if isinstance(value, str) else ""

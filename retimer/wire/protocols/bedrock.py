@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from retimer.wire.eventstream import EventStreamFramer, Frame
 from retimer.wire.media import JSON, is_amazon_event_stream
 from retimer.wire.protocols import jsontext
-from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split
+from retimer.wire.protocols.base import Adapter, Channel, Event, RequestShape, check_split, text_field
 from retimer.wire.protocols.generic import GenericStreamAdapter
 from retimer.wire.protocols.jsontarget import JSONTarget, replaced
 from retimer.wire.protocols.jsontext import MalformedJSON
@@ -219,7 +219,7 @@ def _anthropic_event(frame: Frame, obj: dict[str, Any], inner: dict[str, Any], a
     delta = inner.get("delta")
     if inner.get("type") != "content_block_delta" or not isinstance(delta, dict):
         return Event(raw=frame.raw)
-    spec = _ANTHROPIC_DELTAS.get(delta.get("type"))  # type: ignore[arg-type]
+    spec = _ANTHROPIC_DELTAS.get(text_field(delta, "type"))
     text = delta.get(spec[0]) if spec is not None else None
     if spec is None or not isinstance(text, str) or not text:
         return Event(raw=frame.raw)

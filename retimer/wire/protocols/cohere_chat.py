@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
 from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
@@ -53,8 +53,8 @@ class CohereChatAdapter(SSEJSONAdapter):
         return posts_event_stream(request, content_type, "/v2/chat")
 
     def classify(self, sse: SSEEvent, obj: dict[str, Any]) -> Event:
-        kind = obj.get("type")
-        specs = _DELTAS.get(kind) or _STARTS.get(kind)  # type: ignore[arg-type]
+        kind = text_field(obj, "type")
+        specs = _DELTAS.get(kind) or _STARTS.get(kind)
         delta = obj.get("delta")
         message = delta.get("message") if isinstance(delta, dict) else None
         if specs is None or not isinstance(message, dict):

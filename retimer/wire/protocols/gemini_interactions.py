@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
 from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, request_path
 from retimer.wire.sse import SSEEvent, is_event_stream
@@ -61,7 +61,7 @@ class GeminiInteractionsAdapter(SSEJSONAdapter):
         delta = obj.get("delta")
         if obj.get("event_type") not in _DELTA_EVENTS or not isinstance(delta, dict):
             return Event(raw=sse.raw)
-        spec = _DELTAS.get(delta.get("type"))  # type: ignore[arg-type]
+        spec = _DELTAS.get(text_field(delta, "type"))
         if spec is None:
             return Event(raw=sse.raw)
         path, channel = spec

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
 from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.repeats import SoFar
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
@@ -168,7 +168,7 @@ def _scan_details(ci: int, details: list[Any], delta: dict[str, Any], scan: _Sca
     for di, entry in enumerate(details):
         if not isinstance(entry, dict):
             continue
-        fname = _DETAIL_TEXT_FIELDS.get(entry.get("type"))  # type: ignore[arg-type]
+        fname = _DETAIL_TEXT_FIELDS.get(text_field(entry, "type"))
         text = entry.get(fname) if fname else None
         if not isinstance(text, str) or not text:
             continue

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from retimer.wire.protocols.base import Channel, Event, RequestShape
+from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
 from retimer.wire.protocols.jsontarget import JSONTarget
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, dumps, posts_event_stream, request_path
 from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
@@ -119,7 +119,7 @@ class OpenAIResponsesAdapter(SSEJSONAdapter):
             self._pending.append(record)
             if self._shift:
                 record.shift(self._shift)
-        channel = _DELTA_CHANNELS.get(obj.get("type"))  # type: ignore[arg-type]
+        channel = _DELTA_CHANNELS.get(text_field(obj, "type"))
         text = obj.get("delta")
         if channel is not None and isinstance(text, str) and text:
             event.texts = ((channel, text),)
