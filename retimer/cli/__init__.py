@@ -1,2 +1,2 @@
-"""The `retimer` command: argparse subcommands, the live view, and the launchers (`retimer run`,
-`retimer env`, `retimer browser`)."""
+"""The `retimer` command, grouped by what it serves: the proxy's start (`proxy`), the launchers
+(`launch`), `demo`, `study`, and what reads records (`records`); `main` dispatches."""

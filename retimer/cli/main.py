@@ -1,6 +1,6 @@
 """`retimer`: run the re-timing proxy, or dispatch to a subcommand. Bad input gets one line,
 never a traceback. Nothing imports this module but the entry point: the subcommands share the
-proxy's options through retimer.cli.proxy_options and retimer.cli.proxy_runner."""
+proxy's options through retimer.cli.proxy.options and retimer.cli.proxy.runner."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from retimer.cli.cmdline import OneLineParser, fail, unknown_command
-from retimer.cli.proxy_options import ProxyConfig, proxy_parser
+from retimer.cli.proxy.options import ProxyConfig, proxy_parser
 
 
 def profiles_parser() -> argparse.ArgumentParser:
@@ -37,43 +37,43 @@ def print_addon_path(_: argparse.Namespace) -> None:
 
 
 def _profiles(_: str, argv: list[str]) -> None:
-    from retimer.cli.profiles_cmd import print_profiles
+    from retimer.cli.records.profiles import print_profiles
 
     print_profiles(profiles_parser().parse_args(argv).names)
 
 
 def _launch(command: str, argv: list[str]) -> None:
-    from retimer.cli import launch
+    from retimer.cli.launch import run as launch
 
     launch.main(command, argv)
 
 
 def _browser(_: str, argv: list[str]) -> None:
-    from retimer.cli import browser_cmd
+    from retimer.cli.launch import browser_cmd
 
     browser_cmd.main(argv)
 
 
 def _study(_: str, argv: list[str]) -> None:
-    from retimer.cli import study_cmd
+    from retimer.cli.study import command as study_cmd
 
     study_cmd.main(argv)
 
 
 def _demo(_: str, argv: list[str]) -> None:
-    from retimer.cli import demo_cmd
+    from retimer.cli.demo import command as demo_cmd
 
     demo_cmd.main(argv)
 
 
 def _export(_: str, argv: list[str]) -> None:
-    from retimer.cli import export
+    from retimer.cli.records import export
 
     export.main(argv)
 
 
 def _whatif(_: str, argv: list[str]) -> None:
-    from retimer.cli import whatif_cmd
+    from retimer.cli.records import whatif as whatif_cmd
 
     whatif_cmd.main(argv)
 
@@ -83,13 +83,13 @@ def _addon(_: str, argv: list[str]) -> None:
 
 
 def _fit(_: str, argv: list[str]) -> None:
-    from retimer.cli import fit_cmd
+    from retimer.cli.records import fit as fit_cmd
 
     fit_cmd.main(argv)
 
 
 def _report(_: str, argv: list[str]) -> None:
-    from retimer.cli import report_cmd
+    from retimer.cli.records import report as report_cmd
 
     report_cmd.main(argv)
 
@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> None:
         fail(unknown_command(argv[0]))
     config = ProxyConfig.from_args(proxy_parser().parse_args(argv))
     if config.workers > 1:
-        from retimer.cli.workers import run_workers
+        from retimer.cli.proxy.workers import run_workers
 
         raise SystemExit(asyncio.run(run_workers(config)))
-    from retimer.cli.proxy_runner import run_proxy
+    from retimer.cli.proxy.runner import run_proxy
 
     try:
         asyncio.run(run_proxy(config))

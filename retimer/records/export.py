@@ -1,7 +1,7 @@
 """Joining a records log with its ratings: one row per stream, for `retimer export`.
 
 Pure (lines in, dicts out) so the join can be checked without files; reading the file and
-writing CSV stay with the command (retimer.cli.export). The columns are what R (`read.csv`) and
+writing CSV stay with the command (retimer.cli.records.export). The columns are what R (`read.csv`) and
 pandas (`read_csv`) read as is: numbers in milliseconds and tokens/s, `true`/`false` for flags,
 empty cells for missing values. Timing columns are what the client got (the records' `emitted`
 figures); `profile` (the base name), `effective_profile` (the name plus overrides, e.g.

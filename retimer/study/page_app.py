@@ -19,9 +19,9 @@ __all__ = ["ASSETS", "admin_page", "app_page", "message_page"]
 ASSETS = {
     "app.js": ("study/page_assets/app.js", "text/javascript; charset=utf-8"),
     "app.css": ("study/page_assets/app.css", "text/css; charset=utf-8"),
-    "marked.js": ("cli/demo_assets/marked.umd.js", "text/javascript; charset=utf-8"),
-    "highlight.js": ("cli/demo_assets/highlight.min.js", "text/javascript; charset=utf-8"),
-    "highlight.css": ("cli/demo_assets/github.min.css", "text/css; charset=utf-8"),
+    "marked.js": ("cli/demo/assets/marked.umd.js", "text/javascript; charset=utf-8"),
+    "highlight.js": ("cli/demo/assets/highlight.min.js", "text/javascript; charset=utf-8"),
+    "highlight.css": ("cli/demo/assets/github.min.css", "text/css; charset=utf-8"),
 }
 
 

@@ -3,7 +3,7 @@
 A fake LLM site (HTTPS, its own CA, host `llm.test` mapped to loopback inside mitmproxy by
 tests/support/hostmap.py) serves a chat page whose script streams /v1/chat/completions with fetch()
 and records performance.now() per read. The browsers get retimer's throwaway profile from
-retimer/cli/browser.py (Chromium driven by Playwright on the system binary, Firefox by its own
+retimer/cli/launch/browser.py (Chromium driven by Playwright on the system binary, Firefox by its own
 WebDriver BiDi). The page must see the profile's TTFT and rate and exactly the upstream text.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from retimer.cli.browser import Launch, find_browser, prepare_launch
+from retimer.cli.launch.browser import Launch, find_browser, prepare_launch
 from tests.support.bidi import Firefox
 from tests.support.browser_run import (
     INTERCEPT,

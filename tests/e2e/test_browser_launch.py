@@ -1,4 +1,4 @@
-"""retimer/cli/browser.py without a real browser: finding one, its command line and profile, the
+"""retimer/cli/launch/browser.py without a real browser: finding one, its command line and profile, the
 SPKI pin, stopping it, and the `retimer browser` command's one-line errors.
 
 Finding a browser on macOS and Windows is tested here with the platform faked: the standard
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from retimer.cli.browser import (
+from retimer.cli.launch.browser import (
     KINDS,
     BrowserError,
     Launch,
@@ -169,7 +169,7 @@ def test_no_browser_found_says_what_to_install(kind, platform, install):
 
 
 def test_cli_no_browser_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys):
-    import retimer.cli.browser_cmd as cmd
+    import retimer.cli.launch.browser_cmd as cmd
 
     which, is_file = fake_fs()
     monkeypatch.setattr(cmd, "find_browser", lambda kind, override: find_browser(
@@ -320,7 +320,7 @@ def test_browser_exit_status_and_last_log_lines(tmp_path: Path):
 
 
 def test_browser_command_line_parsing():
-    from retimer.cli.browser_cmd import parser
+    from retimer.cli.launch.browser_cmd import parser
 
     args = parser().parse_intermixed_args(
         ["firefox", "--headless", "https://claude.ai", "--ttft", "1s", "--browser-path", "/x/ff"])

@@ -45,7 +45,7 @@ from typing import Any
 
 import pytest
 
-from retimer.cli.browser import find_browser
+from retimer.cli.launch.browser import find_browser
 from tests.support.clients.agent_harness import (
     CLIENTS_DIR,
     PACED,

@@ -15,9 +15,9 @@ import pytest
 
 from retimer.cache.entry import new_entry
 from retimer.cache.store import CacheStore
-from retimer.cli.demo_cmd import MAX_PANES, parse_panes, read_source
-from retimer.cli.demo_server import STATIC, DemoServer, Response, stream_batches
-from retimer.cli.demo_source import (
+from retimer.cli.demo.command import MAX_PANES, parse_panes, read_source
+from retimer.cli.demo.server import STATIC, DemoServer, Response, stream_batches
+from retimer.cli.demo.source import (
     Block,
     Source,
     SourceError,

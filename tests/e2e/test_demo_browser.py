@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from retimer.cli.demo_source import builtin, from_capture
+from retimer.cli.demo.source import builtin, from_capture
 from retimer.wire.tokenizer import count_tokens
 from tests.support.bidi import Firefox
 from tests.support.demo_page import ALL_DONE_JS, PANES_JS, REPLAY_JS, REPLAYED_JS, REPO, DemoCommand, check_panes

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from retimer.cli import fit_cmd
+from retimer.cli.records import fit as fit_cmd
 from retimer.profile.fit import Fit, fit_streams, to_yaml
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from retimer.cli.launch_env import LOOPBACK
+from retimer.cli.launch.env import LOOPBACK
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.run_cmd import CLIENTS, HOSTMAP, PACED, TEXT, Run
 from tests.support.stream_bodies import load_fixture, make_ollama_stream
@@ -325,7 +325,7 @@ def test_run_child_forwards_a_signal_that_comes_while_it_spawns(
     """run_child in this process, with a SIGTERM sent to it just before the command is spawned
     (kept, then delivered once it exists) or just after (before run_child goes on): either ends
     the command at once (143), and none falls through to the process's own handler."""
-    from retimer.cli import launch
+    from retimer.cli.launch import run as launch
 
     spawn = asyncio.create_subprocess_exec
 
@@ -497,8 +497,8 @@ def test_ca_is_created_private_and_printed(tmp_path: Path) -> None:
 
 
 def test_launch_env_units() -> None:
-    from retimer.cli.launch import split_command
-    from retimer.cli.launch_env import child_env, launch_env, proxy_url, shell_lines
+    from retimer.cli.launch.env import child_env, launch_env, proxy_url, shell_lines
+    from retimer.cli.launch.run import split_command
 
     assert proxy_url("0.0.0.0", 8080) == "http://127.0.0.1:8080"
     assert proxy_url("::", 9) == "http://[::1]:9"

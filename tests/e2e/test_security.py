@@ -16,7 +16,7 @@ import openai
 import pytest
 from rich.console import Console
 
-from retimer.cli.liveview import LiveView
+from retimer.cli.proxy.liveview import LiveView
 from retimer.proxy.certs import ensure_ca
 from tests.support.proxy import RetimerProxy, free_port, run_cli
 from tests.support.sse_client import read_until_error, sse_text

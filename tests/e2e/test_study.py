@@ -436,7 +436,7 @@ def test_export_csv_from_a_real_log(rated: dict[str, Any], tmp_path: Path) -> No
 def test_blind_live_view_shows_no_profile_or_timing() -> None:
     from rich.console import Console
 
-    from retimer.cli.liveview import LiveView
+    from retimer.cli.proxy.liveview import LiveView
 
     record = {"id": "x", "outcome": "complete", "protocol": "openai-chat",
               "profile": "openai-gpt-5", "url": "https://api.openai.com/v1/chat/completions",

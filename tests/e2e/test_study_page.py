@@ -285,7 +285,7 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
     import csv
     import io
 
-    from retimer.cli.export import write_csv
+    from retimer.cli.records.export import write_csv
     from retimer.records.reader import read_lines
 
     stream = {"id": "s1", "emitted": {"ttft_ms": 50.0}, "participant": "P1", "condition": "a",

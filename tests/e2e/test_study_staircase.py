@@ -296,7 +296,7 @@ def test_analyze_a_staircase_log(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert text.returncode == 0, text.stderr
     assert "a staircase on ttft, 2 participants, 48 answered units" in text.stdout
     assert "threshold: a TTFT of" in text.stdout and "psychometric fit" in text.stdout
-    from retimer.cli.analyze_cmd import main as analyze  # the same command, in this process
+    from retimer.cli.study.analyze import main as analyze  # the same command, in this process
 
     capsys.readouterr()
     analyze([str(log), "--json"])

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retimer.cli.profiles_cmd import first_token_text, thinking_text, timing_lines
-from retimer.cli.proxy_options import proxy_parser
+from retimer.cli.proxy.options import proxy_parser
+from retimer.cli.records.profiles import first_token_text, thinking_text, timing_lines
 from retimer.profile.loader import builtin_profiles, load_profile
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile, ProfileError, base_profile_name
 from retimer.profile.settings import ProfileSettings

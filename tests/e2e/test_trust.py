@@ -1,4 +1,4 @@
-"""`retimer ca`'s system-wide trust steps (retimer/cli/trust.py), for every OS on this one.
+"""`retimer ca`'s system-wide trust steps (retimer/cli/proxy/trust.py), for every OS on this one.
 
 The steps are checked as data with the platform faked: macOS and Windows never ran them here,
 on a real Mac or Windows machine or otherwise. `--install` and `--uninstall` run for real, but
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from retimer.cli import trust
-from retimer.cli.launch import print_ca
-from retimer.cli.trust import ca_cert, distro_of, plan_lines, shown, thumbprint, trust_plans
+from retimer.cli.launch.run import print_ca
+from retimer.cli.proxy import trust
+from retimer.cli.proxy.trust import ca_cert, distro_of, plan_lines, shown, thumbprint, trust_plans
 from retimer.proxy.certs import ca_lock, ensure_ca
 
 CERT = Path("/home/a/.retimer/mitmproxy-ca-cert.pem")
@@ -242,7 +242,7 @@ def test_run_child_without_posix_signals_or_process_groups(monkeypatch: pytest.M
     import asyncio
     import signal
 
-    from retimer.cli import launch
+    from retimer.cli.launch import run as launch
 
     monkeypatch.delattr(signal, "SIGHUP")
     monkeypatch.delattr(os, "tcgetpgrp")

@@ -122,7 +122,7 @@ def test_a_worker_that_dies_is_one_line_and_the_other_serves_on(
 
 
 def test_auto_is_one_worker_per_cpu() -> None:
-    from retimer.cli.proxy_options import parse_workers
+    from retimer.cli.proxy.options import parse_workers
 
     assert parse_workers("auto") == parse_workers(" AUTO ") == (os.cpu_count() or 1)
     assert parse_workers("3") == 3
@@ -146,7 +146,7 @@ BALANCING_NOTE = ("--workers 2: this platform does not spread connections over p
     ("freebsd14", True, False)])
 def test_only_linux_spreads_connections_over_workers(platform: str, reuse_port: bool, spread: bool) -> None:
     """macOS and FreeBSD's SO_REUSEPORT hands every connection to one socket; Windows has none."""
-    from retimer.cli.proxy_options import single_process_note
+    from retimer.cli.proxy.options import single_process_note
 
     assert single_process_note(2, platform, reuse_port) == (None if spread else BALANCING_NOTE)
     assert single_process_note(1, platform, reuse_port) is None
@@ -163,8 +163,9 @@ def test_workers_where_nothing_balances_run_one_process(
 
     import retimer.proxy.addon  # noqa: F401 - imported before the platform is faked
     from retimer.cli import main as cli
-    from retimer.cli import proxy_runner, workers
-    from retimer.cli.banner import print_banner
+    from retimer.cli.proxy import runner as proxy_runner
+    from retimer.cli.proxy import workers
+    from retimer.cli.proxy.banner import print_banner
     from retimer.proxy.certs import ensure_ca
 
     started: list[tuple[str, Any]] = []
@@ -315,7 +316,7 @@ def test_reverse_mode_with_two_workers(tmp_path: Path) -> None:
 def test_a_worker_sends_only_what_the_parent_shows(sends: str, records: bool, live: bool) -> None:
     """A snapshot makes a record of every stream in flight (its timing statistics): a worker
     takes them only for a live table, and records only when the parent prints them."""
-    from retimer.cli.worker_main import Channel
+    from retimer.cli.proxy.worker_main import Channel
 
     asked: list[int] = []
     channel = Channel(1, -1, None, lambda: asked.append(1) or [], sends)
@@ -330,8 +331,8 @@ def test_a_worker_sends_only_what_the_parent_shows(sends: str, records: bool, li
 
 
 def test_quiet_workers_send_neither_records_nor_snapshots() -> None:
-    from retimer.cli.proxy_options import ProxyConfig, proxy_parser
-    from retimer.cli.workers import Workers
+    from retimer.cli.proxy.options import ProxyConfig, proxy_parser
+    from retimer.cli.proxy.workers import Workers
 
     config = ProxyConfig.from_args(proxy_parser().parse_args(["--workers", "2", "--quiet"]))
     assert Workers(config, None).sends == ","

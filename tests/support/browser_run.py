@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from retimer.cli.browser import Kind
+from retimer.cli.launch.browser import Kind
 from tests.support.paths import FIXTURES, SUPPORT
 from tests.support.upstream import FakeLLM
 

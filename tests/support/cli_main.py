@@ -10,8 +10,8 @@ import pytest
 def refused(args: list[str], capsys: pytest.CaptureFixture[str],
             monkeypatch: pytest.MonkeyPatch) -> tuple[object, str]:
     """(exit code, stderr) of `retimer ARGS`; a test fails if retimer goes on to build a proxy."""
-    from retimer.cli import proxy_runner
     from retimer.cli.main import main
+    from retimer.cli.proxy import runner as proxy_runner
 
     def built(*_: object, **__: object) -> None:
         raise AssertionError(f"retimer {args} went on to build the proxy")

@@ -1,4 +1,4 @@
-"""The real `retimer` proxy (retimer.cli.proxy_runner.build_proxy, every addon) on a thread of the test process.
+"""The real `retimer` proxy (retimer.cli.proxy.runner.build_proxy, every addon) on a thread of the test process.
 
 For fault tests that must look inside the running proxy: the bridge's per-stream table, the
 addon's active streams, whether a stream's objects were freed. Clients still talk to it over
@@ -46,8 +46,8 @@ class InProcessProxy:
         built = threading.Event()
 
         async def main() -> None:
-            from retimer.cli.proxy_options import ProxyConfig, proxy_parser
-            from retimer.cli.proxy_runner import build_proxy
+            from retimer.cli.proxy.options import ProxyConfig, proxy_parser
+            from retimer.cli.proxy.runner import build_proxy
 
             config = ProxyConfig.from_args(proxy_parser().parse_args(self.argv))
             self.master, self.addon, _ = build_proxy(config, out=io.StringIO(), interactive=False)

@@ -267,8 +267,8 @@ def test_lint_imports_contracts_are_kept() -> None:
 JSON_PARSERS = {
     "retimer.records.reader": "records logs",
     "retimer.cache.entry": "a cache entry's metadata",
-    "retimer.cli.worker_main": "the main process's messages to a worker",
-    "retimer.cli.workers": "a worker's messages to the main process",
+    "retimer.cli.proxy.worker_main": "the main process's messages to a worker",
+    "retimer.cli.proxy.workers": "a worker's messages to the main process",
     "retimer.proxy.study.state": "the study state database's JSON columns",
     "retimer.proxy.study.page": "a study page's request bodies",
     "retimer.study.ratings": "a rating form's JSON body",

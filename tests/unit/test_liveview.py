@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from retimer.cli.livetable import BLIND_COLUMNS, TIMED_COLUMNS, choose_columns, fmt, streams_table
-from retimer.cli.liveview import CHROME_LINES, LiveView
+from retimer.cli.proxy.livetable import BLIND_COLUMNS, TIMED_COLUMNS, choose_columns, fmt, streams_table
+from retimer.cli.proxy.liveview import CHROME_LINES, LiveView
 
 WIDTHS = (60, 80, 120, 200)
 
@@ -165,7 +165,7 @@ def test_plain_output_ends_with_one_summary() -> None:
 
 def test_rows_name_the_effective_profile() -> None:
     """A run with overrides shows what ran (`openai-gpt-5 tps=10`), not only the base name."""
-    from retimer.cli.liveview import plain_line
+    from retimer.cli.proxy.liveview import plain_line
 
     record = _record(0, profile="openai-gpt-5", effective_profile="openai-gpt-5 tps=10")
     assert " openai-gpt-5 tps=10 " in plain_line(record)

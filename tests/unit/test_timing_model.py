@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from retimer.cli.profiles_cmd import timing_lines
+from retimer.cli.records.profiles import timing_lines
 from retimer.profile.loader import builtin_profiles, load_profile
 from retimer.profile.model import Profile, ProfileError
 from retimer.timing.distributions import ChunkSampler, GapSampler

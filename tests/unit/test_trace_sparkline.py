@@ -8,7 +8,7 @@ import json
 import numpy as np
 from rich.console import Console
 
-from retimer.cli.liveview import SPARK_WIDTH, LiveView, sparkline
+from retimer.cli.proxy.liveview import SPARK_WIDTH, LiveView, sparkline
 from retimer.timing.metrics import (
     TRACE_EXACT_EVENTS,
     TRACE_MAX_EVENTS,

@@ -1,0 +1,1 @@
+"""`retimer demo`: its server, its sources and its page's assets."""

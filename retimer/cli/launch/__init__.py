@@ -1,0 +1,1 @@
+"""The launchers: `retimer run` and `retimer browser`."""

@@ -1,0 +1,1 @@
+"""The proxy's start: options, the banner, trust, workers, the live view."""

@@ -1,0 +1,1 @@
+"""What reads records and profiles: report, whatif, fit, export, profiles."""

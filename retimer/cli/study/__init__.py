@@ -1,0 +1,1 @@
+"""`retimer study` and `retimer study analyze`."""
