@@ -16,6 +16,7 @@ from retimer.proxy.safety import Safety
 from retimer.proxy.study.addon import Study
 from retimer.proxy.study.page import StudyPage
 from retimer.proxy.tunnels import LoopbackTunnels
+from retimer.records.writer import RecordLog
 
 
 def install() -> PacingBridge:
@@ -37,6 +38,9 @@ HTTPS to loopback passes untimed), in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer(install())
-    study = Study(retimer)
-    return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), study, StudyPage(study),
+    def records() -> RecordLog | None:
+        return retimer.log
+
+    study = Study(records)
+    return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), study, StudyPage(study, records),
             ResponseCache(), PacServer(), LoopbackTunnels()]

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from retimer.records.schema import Record
@@ -68,3 +69,8 @@ class RecordLog:
             self._warned.add(error.errno)
             logger.warning(f"retimer: cannot write the record log {self.path}: "
                            f"{error.strerror or error}; the streams go on")
+
+
+RecordSource = Callable[[], "RecordLog | None"]
+"""Where records go now: the records log `--log` names, or None without one (the log is
+opened and reopened as the options change, so who writes asks each time)."""

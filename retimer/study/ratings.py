@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 from retimer.records.schema import Rating
 
-__all__ = ["PATH", "SCALES", "RatingError", "parse_rating", "rating_page", "rating_record"]
+__all__ = ["PATH", "SCALES", "RatingError", "parse_rating", "rating_page", "rating_record", "score_of"]
 
 PATH = "/rate"
 SCALES = {"speed": ("very slow", "very fast"), "quality": ("very poor", "excellent")}
@@ -55,20 +55,27 @@ def parse_rating(body: bytes, content_type: str) -> tuple[str, dict[str, int | b
             raise RatingError("slow: expected yes or no")
         scores["slow"] = answers[slow]
     for name in SCALES:
-        value = fields.get(name)
-        if value in (None, ""):
-            scores[name] = None
-            continue
-        try:
-            score = int(str(value))
-        except ValueError:
-            raise RatingError(f"{name}: expected a whole number {LOW}-{HIGH}") from None
-        if not LOW <= score <= HIGH:
-            raise RatingError(f"{name}: expected {LOW}-{HIGH}, got {score}")
-        scores[name] = score
+        scores[name] = score_of(name, fields.get(name))
     if all(v is None for v in scores.values()):
         raise RatingError("choose a number on at least one scale")
     return stream, scores
+
+
+def score_of(name: str, value: object, *, strict: bool = False) -> int | None:
+    """One scale's answer, LOW-HIGH: from a form (text; blank is None), or with `strict` from
+    the study page's JSON (a whole number, required). One rule for both rating pages."""
+    if strict:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RatingError(f"{name}: expected a whole number {LOW}-{HIGH}")
+    elif value is None or value == "":
+        return None
+    try:
+        score = int(str(value))
+    except ValueError:
+        raise RatingError(f"{name}: expected a whole number {LOW}-{HIGH}") from None
+    if not LOW <= score <= HIGH:
+        raise RatingError(f"{name}: expected {LOW}-{HIGH}, got {score}")
+    return score
 
 
 def rating_record(stream: Mapping[str, object], scores: Mapping[str, int | bool | None],

@@ -258,7 +258,7 @@ def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) 
         assert theirs.status_code == 404 and theirs.json()["error"] == "That response is not one of yours."
         bad = p1.post("/study/api/rate", json={"turn": turn, "scores": {"speed": 9, "quality": 1},
                                                "slow": True})
-        assert bad.status_code == 400 and "speed: expected a whole number 1-7" in bad.json()["error"]
+        assert bad.status_code == 400 and "speed: expected 1-7, got 9" in bad.json()["error"]
         assert p1.post("/study/api/chat", json={"text": "again"}).status_code == 409  # rate first
         ok = {"turn": turn, "scores": {"speed": 4, "quality": 4}, "slow": False}
         assert p1.post("/study/api/rate", json=ok).status_code == 200

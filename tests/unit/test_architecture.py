@@ -270,7 +270,7 @@ JSON_PARSERS = {
     "retimer.cli.proxy.worker_main": "the main process's messages to a worker",
     "retimer.cli.proxy.workers": "a worker's messages to the main process",
     "retimer.proxy.study.state": "the study state database's JSON columns",
-    "retimer.proxy.study.page": "a study page's request bodies",
+    "retimer.study.page_api": "a study page's request bodies",
     "retimer.study.ratings": "a rating form's JSON body",
 }
 

@@ -30,7 +30,6 @@ from mitmproxy.addonmanager import Loader
 
 from retimer.profile.loader import load_profile
 from retimer.profile.model import Profile
-from retimer.proxy.addon import Retimer
 from retimer.proxy.flows import destination_host, request_body
 from retimer.proxy.hooks import PROFILE_KEY, RECORD_KEY, STUDY_LINK_KEY, StreamHandle
 from retimer.proxy.study.files import load_roster, load_study
@@ -43,6 +42,7 @@ from retimer.proxy.study.state import (
     UnitFields,
 )
 from retimer.records.schema import Rating, StreamRecord
+from retimer.records.writer import RecordSource
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.participants import (
@@ -62,12 +62,12 @@ WARNED = 20  # distinct refusal reasons logged per run (then silent: no log floo
 class Study:
     """Assigns conditions to flows and serves the rating page.
 
-    The Retimer addon paces each flow with the condition's profile and writes the records and
-    ratings (to its log); its hooks tell this addon which responses name later turns' ids and
-    which streams may be rated."""
+    The Retimer addon paces each flow with the condition's profile and writes the records; the
+    ratings go to `records` (its log); its hooks tell this addon which responses name later
+    turns' ids and which streams may be rated."""
 
-    def __init__(self, retimer: Retimer) -> None:
-        self.retimer = retimer
+    def __init__(self, records: RecordSource) -> None:
+        self.records = records
         self.design: StudyDesign | None = None
         self.profiles: dict[str, Profile] = {}
         self.participant = ""  # the proxy's one participant; empty: each request names its own

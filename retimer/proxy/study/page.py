@@ -13,21 +13,20 @@ cookie (retimer.study.page.cookie_value) and out of the address. The page's API:
     POST /study/api/next      on to the next task, or the completion code
 
 The state (retimer.proxy.study.page_state) lives in the study's state database, so any worker or
-instance can answer any request of any participant.
+instance can answer any request of any participant. What a request may do is decided by the
+pure rules of retimer.study.page_api; this routes, keeps the state and writes the records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import logging
 import os
 import secrets
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
 
@@ -40,18 +39,22 @@ from retimer.proxy.study.page_responses import (
     read_assets,
     redirect,
 )
-from retimer.proxy.study.page_state import PageRefused, PageState, Progress
+from retimer.proxy.study.page_state import PageState
 from retimer.proxy.study.statedb import StateError, StateUnavailable
 from retimer.records.reader import LogError, read_logs
 from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
+from retimer.records.writer import RecordSource
 from retimer.study.design import StudyDesign, StudyError
-from retimer.study.page import (
-    MAX_MESSAGE,
-    PageSettings,
-    cookie_value,
-    reply_text,
-    upstream_request,
-    verify_cookie,
+from retimer.study.page import PageSettings, cookie_value, reply_text, upstream_request, verify_cookie
+from retimer.study.page_api import (
+    PageRefused,
+    TurnView,
+    chat_text,
+    json_body,
+    page_rating,
+    progress_json,
+    same_origin,
+    upstream_headers,
 )
 from retimer.study.page_app import admin_page, app_page, message_page
 from retimer.study.status import status_lines, summarize
@@ -91,8 +94,9 @@ def kept_secret(confdir: str, env: str, name: str) -> bytes:
 class StudyPage:
     """Serves the study page and turns its messages into the study's upstream calls."""
 
-    def __init__(self, study: Study) -> None:
+    def __init__(self, study: Study, records: RecordSource) -> None:
         self.study = study
+        self.records = records  # the records log: ratings and milestones go there
         self.settings: PageSettings | None = None
         self.state: PageState | None = None
         self.secret = b""
@@ -227,58 +231,33 @@ class StudyPage:
 
     @staticmethod
     def _same_origin(flow: http.HTTPFlow) -> bool:
-        """A POST from the page itself: a JSON body (a cross-site form cannot send one without a
-        preflight), and no browser's word that it came from another site (Sec-Fetch-Site, else
-        an Origin other than the address the browser used; in reverse mode mitmproxy has put
-        the upstream in Host, so the front end's X-Forwarded-Host counts too)."""
+        """A POST from the page itself (page_api.same_origin); in reverse mode mitmproxy has put
+        the upstream in Host, so the front end's X-Forwarded-Host counts too."""
         req = flow.request
-        if "application/json" not in req.headers.get("content-type", ""):
-            return False
-        site = req.headers.get("sec-fetch-site")
-        if site is not None:
-            return site in ("same-origin", "none")
-        origin = req.headers.get("origin")
-        if not origin:
-            return True
-        hosts = {h.strip().lower() for h in (req.host_header or "",
-                                             req.headers.get("x-forwarded-host", "")) if h}
-        return urlsplit(origin).netloc.lower() in hosts
+        return same_origin(req.headers.get("content-type", ""), req.headers.get("sec-fetch-site"),
+                           req.headers.get("origin"),
+                           (req.host_header or "", req.headers.get("x-forwarded-host", "")))
 
     def _progress(self, participant: str, settings: PageSettings) -> dict[str, object]:
         assert self.state is not None
-        p: Progress = self.state.progress(participant)
-        return {**settings.public(), "consented": p.consented,
-                "task": min(p.task, len(settings.tasks) - 1), "finished": p.finished,
-                "code": settings.code if p.finished else "",
-                "redirect": settings.redirect if p.finished else "",
-                "turns": [{"turn": t.turn, "task": t.task, "message": t.message, "reply": t.reply,
-                           "status": t.status, "rated": t.rated} for t in p.turns]}
+        p = self.state.progress(participant)
+        return progress_json(settings, p.consented, p.task, p.finished, [
+            TurnView(t.turn, t.task, t.message, t.reply, t.status, t.rated) for t in p.turns])
 
     # -- a message: the study's own upstream call --------------------------------------------
     def _chat(self, flow: http.HTTPFlow, participant: str, settings: PageSettings) -> None:
         assert self.state is not None
-        text = _body(flow).get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise PageRefused(400, "Please write a message.")
-        if len(text) > MAX_MESSAGE:
-            raise PageRefused(400, f"Please keep a message under {MAX_MESSAGE} characters.")
+        text = chat_text(json_body(flow.request.get_content(strict=False) or b""))
         limits = settings.limits
-        task = self.state.start_turn(participant, flow.id, text.strip(), time.time(),
+        task = self.state.start_turn(participant, flow.id, text, time.time(),
                                      len(settings.tasks), limits.turns, limits.output_tokens,
                                      limits.requests_per_minute)
-        history = [*self.state.history(participant, task), ("user", text.strip())]
+        history = [*self.state.history(participant, task), ("user", text)]
         req = flow.request
-        host = req.host_header
+        sent = upstream_headers(settings, self.key, req.host_header)
         req.headers.clear()  # nothing of the browser's goes upstream: no cookie, no origin
-        if host:
-            req.headers["host"] = host
-        req.headers["content-type"] = "application/json"
-        req.headers["accept"] = "text/event-stream"
-        if settings.api == "anthropic":
-            req.headers["x-api-key"] = self.key
-            req.headers["anthropic-version"] = "2023-06-01"
-        else:
-            req.headers["authorization"] = f"Bearer {self.key}"
+        for name, value in sent.items():
+            req.headers[name] = value
         req.method, req.path = "POST", settings.path
         req.content = upstream_request(settings, history)
         flow.metadata[PAGE_TURN_KEY] = flow.id
@@ -323,27 +302,16 @@ class StudyPage:
     # -- ratings -----------------------------------------------------------------------------
     def _rate(self, flow: http.HTTPFlow, participant: str, design: StudyDesign) -> http.Response:
         assert self.state is not None and self.settings is not None
-        body = _body(flow)
-        turn, scores, slow = body.get("turn"), body.get("scores"), body.get("slow")
-        if not isinstance(turn, str) or not isinstance(scores, dict):
-            raise PageRefused(400, "A rating names its response and its scores.")
-        values: dict[str, int] = {}
-        for scale in self.settings.scales:
-            value = scores.get(scale.name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 7:
-                raise PageRefused(400, f"{scale.name}: expected a whole number 1-7.")
-            values[scale.name] = value
-        if self.settings.slow_question and not isinstance(slow, bool):
-            raise PageRefused(400, "Please answer whether the response felt slow.")
-        log_file = self.study.retimer.log
+        rating = page_rating(json_body(flow.request.get_content(strict=False) or b""), self.settings)
+        turn = rating.turn
+        log_file = self.records()
         if log_file is None:
             raise PageRefused(503, "Ratings cannot be saved: the study has no records log.")
         found = self.state.rate(participant, turn)
         record = Rating(stream=turn, time=datetime.now(UTC).isoformat(timespec="milliseconds"),
-                        scores=values,
-                        slow=slow if self.settings.slow_question and isinstance(slow, bool) else None,
-                        study=design.name, participant=participant, condition=found.condition,
-                        unit=found.unit, task=found.task)
+                        scores=rating.scores, slow=rating.slow, study=design.name,
+                        participant=participant, condition=found.condition, unit=found.unit,
+                        task=found.task)
         if not log_file.write(record):  # acknowledged only once it is in the log
             self.state.unrate(participant, turn)
             raise PageRefused(503, "The rating could not be saved: please try again.")
@@ -359,7 +327,7 @@ class StudyPage:
         if not given or not hmac.compare_digest(given.encode("utf-8"), self.admin):
             return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, "
                                                 f"or the confdir's {ADMIN_FILE})"})
-        log_file = self.study.retimer.log
+        log_file = self.records()
         records: list[Record] = []
         if log_file is not None:
             with contextlib.suppress(LogError):
@@ -371,19 +339,9 @@ class StudyPage:
 
     def _note(self, design: StudyDesign, participant: str, event: str) -> None:
         """A participant's milestone in the records log (for `--status`)."""
-        if (log_file := self.study.retimer.log) is not None:
+        if (log_file := self.records()) is not None:
             log_file.write(ParticipantEvent(
                 design.name, participant, event, datetime.now(UTC).isoformat(timespec="milliseconds")))
-
-
-def _body(flow: http.HTTPFlow) -> dict[str, object]:
-    try:
-        obj = json.loads(flow.request.get_content(strict=False) or b"{}")
-    except (ValueError, RecursionError):
-        raise PageRefused(400, "The request is not valid JSON.") from None
-    if not isinstance(obj, dict):
-        raise PageRefused(400, "The request is not a JSON object.")
-    return obj
 
 
 def _query(flow: http.HTTPFlow) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from retimer.proxy.study.statedb import StateDB
+from retimer.study.page_api import PageRefused
 
 PENDING_S = 600.0  # a reply not finished after this long is taken for lost (its tab went away)
 
@@ -62,15 +63,6 @@ def _turn(row: Sequence[object]) -> Turn:
 
 def _int(value: object) -> int:
     return int(str(value))
-
-
-class PageRefused(Exception):
-    """A page action that cannot be done now; str() is the one line the participant reads,
-    `status` the HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class PageState:

@@ -15,11 +15,11 @@ from urllib.parse import urlencode, urlsplit
 
 from mitmproxy import http
 
-from retimer.proxy.addon import Retimer
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.proxy.study.state import MemoryState, SharedState
 from retimer.proxy.study.statedb import StateUnavailable
 from retimer.records.schema import Rating
+from retimer.records.writer import RecordSource
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.ratings import (
     PATH,
@@ -37,7 +37,7 @@ class RatedStudy(Protocol):
     participant: str  # the proxy's one participant, or "" when each request names its own
     design: StudyDesign | None
     state: MemoryState | SharedState
-    retimer: Retimer  # its records log takes the ratings
+    records: RecordSource  # the records log, which takes the ratings
 
     def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written (a staircase study steps on its answer)."""
@@ -107,7 +107,7 @@ class RatingPage:
         origin = req.headers.get("origin")
         if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
             return 403, "ratings are taken from this page only"
-        log_file = self.study.retimer.log
+        log_file = self.study.records()
         if log_file is None:
             return 503, "ratings need a records log (--log)"
         try:
