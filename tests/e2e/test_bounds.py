@@ -274,7 +274,8 @@ def test_total_cap_turns_the_stream_that_crosses_it_to_passthrough(tmp_path: Pat
 
         first = threading.Thread(target=client, args=("first",))
         first.start()
-        time.sleep(0.4)  # the first stream now holds most of its body
+        fake.wait_done(1, timeout=20)  # the fake has written the first body: the proxy holds it
+        time.sleep(0.2)  # (a fixed wait alone was too short on a loaded machine)
         client("second")
         first.join(30)
         records = {r["url"].split("/")[3]: r for r in proxy.records(2)}

@@ -224,7 +224,9 @@ def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(connect_chat: Se
     record = _new_record(connect_chat, before)
     assert (record["protocol"], record["outcome"], record["url"].split("/", 3)[3]) == (
         "connect", "complete", "rtc.Chat/Stream")
-    assert abs(record["emitted"]["ttft_ms"] - TTFT_MS) < 50
+    # never sooner than the profile's TTFT; a loaded machine only makes it later (400 ms seen
+    # for 300 under a CPU hog), and an unpaced stream would be a few ms
+    assert TTFT_MS - 5 <= record["emitted"]["ttft_ms"] < TTFT_MS + 1000
     assert record["emitted"]["tps"] == pytest.approx(TPS, rel=0.05)
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] == len(call.got)
     assert record["upstream"]["duration_ms"] < record["emitted"]["duration_ms"] / 4  # it was held

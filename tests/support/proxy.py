@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import ssl
@@ -16,6 +17,8 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
+_LISTENING = re.compile(r"listening on https?://\S+?:(\d+)")
 
 
 def free_port() -> int:
@@ -98,7 +101,7 @@ class RetimerProxy:
         self.command = list(command) if command else [sys.executable, "-m", "retimer"]
         self.cwd, self.env = cwd, env
         tmp.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = 0  # the system's choice, read from the banner: no port race with other tests
         self.confdir = confdir or tmp / "confdir"  # another's: instances sharing one CA
         self.log_path = tmp / "records.jsonl"
         self.out_path = tmp / "retimer.out"
@@ -127,12 +130,24 @@ class RetimerProxy:
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
             )
         proc = self.proc
-        if wait_listening(self.port, timeout, lambda: proc.poll() is None):
+        port = self._banner_port(timeout, lambda: proc.poll() is None)
+        if port is not None and wait_listening(port, timeout, lambda: proc.poll() is None):
+            self.port = port
             return self
         if proc.poll() is not None:
             raise RuntimeError(f"retimer exited {proc.returncode}: {self.stderr()}")
         self.stop()
         raise TimeoutError(f"retimer did not listen within {timeout}s: {self.stderr()}")
+
+    def _banner_port(self, timeout: float, alive: Callable[[], bool]) -> int | None:
+        """The port `retimer listening on http://HOST:PORT` names (with --listen-port 0, the
+        one the system chose), once the banner is out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and alive():
+            if m := _LISTENING.search(self.out_path.read_text(errors="replace")):
+                return int(m.group(1))
+            time.sleep(0.05)
+        return None
 
     def stop(self) -> None:
         stop_process(self.proc)

@@ -13,7 +13,6 @@ import asyncio
 import socket
 import sys
 import webbrowser
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from retimer.profile.model import Profile, ProfileError
 from retimer.profile.settings import ProfileSettings
 
 if TYPE_CHECKING:
-    from mitmproxy.master import Master
+    pass
 
 DEFAULT_PROFILES = "cerebras,groq,gpt-5,o3,human-reading"
 DEFAULT_PORT = 8765
@@ -149,7 +148,7 @@ async def run_demo(panes: list[Pane], source: Source, port: int, seed: int | Non
     from retimer.cli.demo.source import Block, anthropic_stream
     from retimer.cli.demo.tokens import js_token_pattern
     from retimer.cli.proxy.options import ProxyConfig
-    from retimer.cli.proxy.runner import bound_port, build_proxy, serve
+    from retimer.cli.proxy.runner import build_proxy, listening_port, serve
     from retimer.proxy.demo_addon import DemoAddon
     from retimer.wire.tokenizer import count_tokens
 
@@ -172,7 +171,7 @@ async def run_demo(panes: list[Pane], source: Source, port: int, seed: int | Non
     m.addons.add(addon)
     running = asyncio.create_task(serve(m, view))
     try:
-        listening = await _wait_listening(m, bound_port, running)
+        listening = await listening_port(m, running)
         if listening is None:
             await running
             return
@@ -186,20 +185,6 @@ async def run_demo(panes: list[Pane], source: Source, port: int, seed: int | Non
         await running
     finally:
         server.stop()
-
-
-async def _wait_listening(m: Master, bound_port: Callable[[Master], int | None],
-                          running: asyncio.Task[None]) -> int | None:
-    """The proxy's port once it listens, or None if it stopped first."""
-    for _ in range(500):
-        port = bound_port(m)
-        if port:
-            return int(port)
-        if running.done():
-            return None
-        await asyncio.sleep(0.02)
-    print("retimer demo: the proxy did not start listening", file=sys.stderr)
-    return None
 
 
 async def warm_up(port: int) -> None:

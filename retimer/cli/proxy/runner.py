@@ -7,6 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 from retimer.cli.cmdline import fail
@@ -24,10 +25,18 @@ if TYPE_CHECKING:
 
 
 async def run_proxy(config: ProxyConfig) -> None:
-    """`retimer`'s own job: build the proxy, print the banner, serve until stopped."""
+    """`retimer`'s own job: build the proxy, print the banner, serve until stopped. With
+    `--listen-port 0` the banner waits for the port the system chose, and names it."""
     m, addon, view = build_proxy(config)
-    print_banner(config, m.options, addon)
-    await serve(m, view)
+    if config.listen_port:
+        print_banner(config, m.options, addon)
+        await serve(m, view)
+        return
+    serving = asyncio.create_task(serve(m, view))
+    port = await listening_port(m, serving)
+    if port is not None:
+        print_banner(replace(config, listen_port=port), m.options, addon)
+    await serving
 
 
 def build_proxy(
@@ -135,6 +144,19 @@ async def serve(m: Master, view: LiveView) -> None:
         if refresher:
             refresher.cancel()
         view.stop()
+
+
+async def listening_port(m: Master, running: asyncio.Task[None], timeout: float = 10.0) -> int | None:
+    """The proxy's port once it listens, or None if it stopped (or never listened) first."""
+    for _ in range(int(timeout / 0.02)):
+        port = bound_port(m)
+        if port:
+            return port
+        if running.done():
+            return None
+        await asyncio.sleep(0.02)
+    print("retimer: the proxy did not start listening", file=sys.stderr)
+    return None
 
 
 def bound_port(m: Master) -> int | None:
