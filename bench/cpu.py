@@ -41,7 +41,7 @@ from bench.harness import (
     prose,
     stream_spec,
 )
-from tests.support.proxy import wait_listening
+from tests.support.proxy import free_port, wait_listening
 
 PASS_TOKENS, PASS_STREAMS = 300, 4  # per round: sequential streams, one word per event 2 ms apart
 PACED_TOKENS, PACED_STREAMS, PACED_TPS = 200, 20, "100"  # per round: concurrent, fast upstream
@@ -61,7 +61,10 @@ class ProfiledRetimer(RetimerProxy):
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cProfile", "-o", str(self.profile_out), "-m", "retimer",
                  *self.args], stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        if wait_listening(self.port, timeout):
+        proc = self.proc
+        port = self.banner_port(timeout, lambda: proc.poll() is None)
+        if port is not None and wait_listening(port, timeout):
+            self.port = port
             return self
         self.stop()
         raise TimeoutError(f"retimer did not listen: {self.stderr()}")
@@ -122,7 +125,7 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
         d = tmp / name
         if code is not None:  # another checkout's retimer, first on the path
             env = {**os.environ, "PYTHONPATH": str(code)}
-            return RetimerProxy(d, *args, cwd=code, env=env)
+            return RetimerProxy(d, *args, cwd=code, env=env, port=free_port())  # an older banner may say port 0
         if cprofile is None:
             return RetimerProxy(d, *args)
         return ProfiledRetimer(d, cprofile / f"{name}.prof", *args)

@@ -58,7 +58,9 @@ def retimer_proxy(tmp: Path, name: str, *args: str, code: Path | None = None) ->
     d.mkdir(parents=True, exist_ok=True)
     if code is None:
         return RetimerProxy(d, "--quiet", *args)
-    return RetimerProxy(d, "--quiet", *args, cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
+    # an older checkout's banner may not name a chosen port: give it one
+    return RetimerProxy(d, "--quiet", *args, cwd=code, env={**os.environ, "PYTHONPATH": str(code)},
+                        port=free_port())
 
 
 def prose(n_tokens: int, seed: int = 0) -> str:

@@ -94,14 +94,17 @@ class RetimerProxy:
 
     def __init__(self, tmp: Path, *args: str, upstream_ca: Path | None = None,
                  confdir: Path | None = None, command: Sequence[str] | None = None,
-                 cwd: Path | None = None, env: Mapping[str, str] | None = None) -> None:
+                 cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                 port: int = 0) -> None:
         """`command` runs another `retimer` than this checkout's (an installed one), from `cwd`
-        with `env` (default: this process's)."""
+        with `env` (default: this process's). `port`: 0 (the default) lets the system choose and
+        reads it from the banner; a retimer older than that banner (a baseline checkout) needs
+        a free port given (`free_port()`)."""
         self.tmp = tmp
         self.command = list(command) if command else [sys.executable, "-m", "retimer"]
         self.cwd, self.env = cwd, env
         tmp.mkdir(parents=True, exist_ok=True)
-        self.port = 0  # the system's choice, read from the banner: no port race with other tests
+        self.port = port  # 0: the system's choice, read from the banner (no race with other tests)
         self.confdir = confdir or tmp / "confdir"  # another's: instances sharing one CA
         self.log_path = tmp / "records.jsonl"
         self.out_path = tmp / "retimer.out"
@@ -130,7 +133,7 @@ class RetimerProxy:
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=self.cwd,
             )
         proc = self.proc
-        port = self._banner_port(timeout, lambda: proc.poll() is None)
+        port = self.port or self.banner_port(timeout, lambda: proc.poll() is None)
         if port is not None and wait_listening(port, timeout, lambda: proc.poll() is None):
             self.port = port
             return self
@@ -139,7 +142,7 @@ class RetimerProxy:
         self.stop()
         raise TimeoutError(f"retimer did not listen within {timeout}s: {self.stderr()}")
 
-    def _banner_port(self, timeout: float, alive: Callable[[], bool]) -> int | None:
+    def banner_port(self, timeout: float, alive: Callable[[], bool]) -> int | None:
         """The port `retimer listening on http://HOST:PORT` names (with --listen-port 0, the
         one the system chose), once the banner is out."""
         deadline = time.monotonic() + timeout
