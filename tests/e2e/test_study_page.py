@@ -201,9 +201,13 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
     assert events == [("P1", "consented"), ("P1", "finished")]
     complete = [s for s in streams if s["outcome"] == "complete"]
     # a reload while the reply was coming cut it (likely at 1.5 s to the first token; a loaded
-    # machine may reload after the end): the record says what the page showed
-    assert [s["outcome"] for s in streams] == (
-        ["complete", "client-gone", "complete"] if cut else ["complete", "complete"])
+    # machine may reload after the end): the records say what the page showed. A reply cut
+    # before its head came back was no stream yet, so it has no record (seen under a CPU hog)
+    outcomes = [s["outcome"] for s in streams]
+    if cut:
+        assert outcomes in (["complete", "client-gone", "complete"], ["complete", "complete"])
+    else:
+        assert outcomes == ["complete", "complete"]
     assert [s["unit"] for s in complete][-1] == 1 and complete[0]["unit"] == 0
     for s in streams:  # each task a unit, paced to the participant's row of the square
         assert s["participant"] == "P1"
