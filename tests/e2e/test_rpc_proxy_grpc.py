@@ -103,7 +103,8 @@ def test_a_grpc_stream_is_split_paced_and_keeps_its_trailers(grpc_chat: Any) -> 
     (record,) = grpc_chat[4].records(before + 1)[before:]
     assert (record["protocol"], record["outcome"], record["url"].split("/", 3)[3]) == (
         "grpc", "complete", "rt.Chat/Stream")
-    assert abs(record["emitted"]["ttft_ms"] - TTFT_MS) < 50
+    # never sooner than the profile; a loaded machine only makes it later
+    assert TTFT_MS - 5 < record["emitted"]["ttft_ms"] < TTFT_MS + 150
     assert record["emitted"]["tps"] == pytest.approx(TPS, rel=0.05)
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] > 30
     assert record["upstream"]["duration_ms"] < record["emitted"]["duration_ms"] / 4  # it was held

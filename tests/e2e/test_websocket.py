@@ -272,9 +272,14 @@ def test_upstream_timing_is_the_servers_not_the_hold(proxy: RetimerProxy) -> Non
     (record,) = proxy.records(before + 1)[before:]
     span_ms = (last - first) * 1000
     assert span_ms > 80  # the server really spread it
-    # the upstream's own duration (first to last token), not the seconds of the hold
-    assert abs(record["upstream"]["duration_ms"] - span_ms) < 30, (record["upstream"], span_ms)
-    assert record["emitted"]["duration_ms"] > 300  # and the client got it paced
+    # the upstream's own duration (the client's message to the last message's arrival), not
+    # the hold's: never shorter than the server's writes, and well short of the paced turn
+    # (400 ms TTFT, then 40 tok/s) that the held messages' feeding would have made it.
+    # Both sides only grow on a loaded machine, so the bounds are ordering, not milliseconds.
+    upstream, emitted = record["upstream"]["duration_ms"], record["emitted"]["duration_ms"]
+    assert emitted > 700  # the client got it paced
+    # (20 ms: the server's clock reading after its last write can lag the proxy's receipt)
+    assert span_ms - 20 <= upstream < 0.6 * emitted, (record["upstream"], record["emitted"], span_ms)
     # and `retimer whatif` times the turn under other profiles, as it would an SSE call
     log = proxy.tmp / "turn.jsonl"
     log.write_text(json.dumps(record) + "\n")
@@ -371,7 +376,9 @@ def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(
     prewarm, turn = records
     # each turn's time is its own client message's, not the socket's handshake
     started = [datetime.fromisoformat(r["time"]).timestamp() for r in records]
-    assert started[0] < asked - 0.2 and abs(started[1] - asked) < 0.1
+    # (the second starts when its message reaches the proxy: later on a loaded machine, never
+    # sooner; the prewarm 0.3 s before)
+    assert started[0] < asked - 0.2 and -0.05 < started[1] - asked < 0.25
     assert prewarm["upstream"]["tokens"] == prewarm["emitted"]["tokens"] == 0
     expected = len(split_tokens(WORDS))
     assert turn["upstream"]["tokens"] == turn["emitted"]["tokens"] == expected
