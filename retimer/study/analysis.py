@@ -1,43 +1,51 @@
 """The statistics of a study: did the conditions feel different, by how much, and is it real.
-Records in (retimer.study.analysis_data), figures out; scipy and statsmodels do the statistics
-(the `retimer[analysis]` extra), nothing is hand-made.
+Records in (retimer.study.analysis_data), figures out (retimer.study.results); numpy, scipy and
+statsmodels do the arithmetic (the `retimer[analysis]` extra).
 
-Which test (the design the rows show):
-- between participants (each rated one condition): per-participant means; Welch's t (the
-  estimate, its 95 % interval and p) with Hedges' g, and the Mann-Whitney rank test's p;
-- within participants, each condition rated once per person in one order: the paired
-  difference of per-participant means (its t interval), the Wilcoxon signed-rank test's p, and
-  Cohen's d_z;
-- within, with repeated units or conditions in several positions (a Latin square): a linear
-  mixed model, score ~ condition + position + (1 | participant), its Wald interval and p; the
-  Wilcoxon test on per-participant means alongside.
-Every comparison is a condition against the reference (the first condition), per scale.
+The headline test of each comparison (the design the rows show); its interval and p always
+come from that same test, and the other tests are printed beside it with their own:
+- between participants (each rated one condition): Welch's t on per-participant means, with
+  Hedges' g; the Mann-Whitney test and its Hodges-Lehmann shift beside;
+- within, each condition rated once per person in one order: the paired t test on
+  per-participant differences, with d_z; the Wilcoxon signed-rank test and its Hodges-Lehmann
+  interval beside;
+- within, with repeated units or conditions in several positions (a Latin square): the mixed
+  model the design supports, `score ~ condition + position + (1 + condition | participant)`
+  (retimer.study.mixed_model), tested with Satterthwaite's df; the paired tests on
+  per-participant means beside.
+With three or more conditions: an omnibus F test first (the mixed model's, or Welch's ANOVA
+between), then every pair, with Holm's adjustment over the scale's pairs (each scale is its own
+family). Every comparison is a later condition against an earlier one in the study's order.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from retimer.records.parse import number
 from retimer.records.schema import StreamRecord
 from retimer.study.analysis_data import AnalysisError, StudyData
+from retimer.study.results import Comparison, ModelReport, Omnibus
+
+if TYPE_CHECKING:
+    from retimer.study.mixed_model import ScaleModel
 
 __all__ = ["Analysis", "Comparison", "Described", "Manipulation", "analyze", "require_extras"]
 
 INSTALL = "pip install 'retimer[analysis]' (scipy and statsmodels)"
-POSITIONS_AS_FACTOR = 12  # more distinct positions than this: position is a linear trend
 
 
 def require_extras() -> None:
     """One line naming the extra when scipy or statsmodels is missing."""
     try:
         import scipy.stats  # noqa: F401
-        import statsmodels.formula.api  # noqa: F401
+        import statsmodels.stats.multitest  # noqa: F401
     except ImportError:
         raise AnalysisError(f"the analysis needs scipy and statsmodels: {INSTALL}") from None
 
@@ -65,20 +73,6 @@ class Described:
     ci: tuple[float, float]
 
 
-@dataclass(frozen=True)
-class Comparison:
-    scale: str
-    condition: str
-    reference: str
-    test: str  # welch | paired | mixed-model
-    estimate: float  # condition minus reference, in rating points
-    ci: tuple[float, float]
-    p: float
-    participants: int
-    effect_size: tuple[str, float] | None = None
-    also: dict[str, float] = field(default_factory=dict)  # the companion test's p
-
-
 @dataclass
 class Analysis:
     data: StudyData
@@ -87,6 +81,8 @@ class Analysis:
     described: list[Described]
     comparisons: list[Comparison]
     notes: list[str] = field(default_factory=list)
+    omnibus: list[Omnibus] = field(default_factory=list)
+    models: list[ModelReport] = field(default_factory=list)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -112,7 +108,7 @@ def manipulation(data: StudyData) -> list[Manipulation]:
     return out
 
 
-def _means(data: StudyData, scale: str) -> dict[str, dict[str, float]]:
+def person_means(data: StudyData, scale: str) -> dict[str, dict[str, float]]:
     """condition -> participant -> their mean score on `scale`."""
     sums: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in data.rows:
@@ -137,7 +133,7 @@ def _t_interval(values: Sequence[float]) -> tuple[float, float]:
 
 
 def describe(data: StudyData, scale: str) -> list[Described]:
-    means = _means(data, scale)
+    means = person_means(data, scale)
     out = []
     for c in data.conditions:
         people = list(means.get(c, {}).values())
@@ -150,92 +146,85 @@ def describe(data: StudyData, scale: str) -> list[Described]:
     return out
 
 
-def _welch(data: StudyData, scale: str, condition: str) -> Comparison:
-    from scipy import stats
-
-    means = _means(data, scale)
-    ref = data.conditions[0]
-    a, b = list(means.get(condition, {}).values()), list(means.get(ref, {}).values())
-    if len(a) < 2 or len(b) < 2:
-        raise AnalysisError(f"{scale}: {condition} or {ref} has fewer than 2 participants")
-    result = stats.ttest_ind(a, b, equal_var=False)
-    low, high = result.confidence_interval(0.95)
-    pooled = math.sqrt(((len(a) - 1) * statistics.variance(a) + (len(b) - 1) * statistics.variance(b))
-                       / (len(a) + len(b) - 2))
-    diff = statistics.fmean(a) - statistics.fmean(b)
-    g = diff / pooled * (1 - 3 / (4 * (len(a) + len(b)) - 9)) if pooled > 0 else math.nan
-    rank = stats.mannwhitneyu(a, b, alternative="two-sided")
-    return Comparison(scale, condition, ref, "welch", diff, (float(low), float(high)),
-                      float(result.pvalue), len(a) + len(b), ("hedges_g", g),
-                      {"mann_whitney_p": float(rank.pvalue)})
+def differences(data: StudyData, scale: str, condition: str, reference: str) -> list[float]:
+    """Per-participant differences of mean scores, for the people who rated both."""
+    means = person_means(data, scale)
+    mine, theirs = means.get(condition, {}), means.get(reference, {})
+    return [mine[p] - theirs[p] for p in sorted(set(mine) & set(theirs))]
 
 
-def _paired(data: StudyData, scale: str, condition: str) -> tuple[list[float], float | None]:
-    """Per-participant differences (condition minus reference), and the Wilcoxon p."""
-    from scipy import stats
-
-    means = _means(data, scale)
-    ref = data.conditions[0]
-    mine, theirs = means.get(condition, {}), means.get(ref, {})
-    diffs = [mine[p] - theirs[p] for p in sorted(set(mine) & set(theirs))]
-    if len(diffs) < 2:
-        raise AnalysisError(f"{scale}: fewer than 2 participants rated both {condition} and {ref}")
-    p = None if all(d == 0 for d in diffs) else float(stats.wilcoxon(diffs).pvalue)
-    return diffs, p
+def _pairs(conditions: Sequence[str]) -> list[tuple[str, str]]:
+    """(reference, condition) pairs: against the first condition, then the others' pairs."""
+    return list(itertools.combinations(conditions, 2))
 
 
-def _paired_comparison(data: StudyData, scale: str, condition: str) -> Comparison:
-    diffs, p = _paired(data, scale, condition)
-    mean = statistics.fmean(diffs)
-    sd = statistics.stdev(diffs)
-    return Comparison(scale, condition, data.conditions[0], "paired", mean, _t_interval(diffs),
-                      1.0 if p is None else p, len(diffs),
-                      ("cohens_dz", mean / sd if sd > 0 else math.nan))
+def _between(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | None]:
+    from retimer.study.between import welch_anova, welch_comparison
+
+    means = person_means(data, scale)
+    groups = {c: list(means.get(c, {}).values()) for c in data.conditions}
+    found = []
+    for ref, c in _pairs(data.conditions):
+        if len(groups[c]) < 2 or len(groups[ref]) < 2:
+            raise AnalysisError(f"{scale}: {c} or {ref} has fewer than 2 participants")
+        found.append(welch_comparison(groups[c], groups[ref], scale, c, ref))
+    omnibus = welch_anova(list(groups.values()), scale) if len(groups) > 2 else None
+    return found, omnibus
 
 
-def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], list[str]]:
-    """score ~ condition + position + (1 | participant), one fit for all conditions."""
-    import pandas as pd
-    import statsmodels.formula.api as smf
+def _paired(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | None,
+                                                  list[ModelReport]]:
+    from retimer.study.mixed_model import fit_scale
+    from retimer.study.paired import paired_comparison
 
-    code = {c: f"c{i}" for i, c in enumerate(data.conditions)}
-    rows = [r for r in data.rows if scale in r.scores]
-    frame = pd.DataFrame({"score": [r.scores[scale] for r in rows],
-                          "condition": [code[r.condition] for r in rows],
-                          "position": [r.position for r in rows],
-                          "participant": [r.participant for r in rows]})
-    if frame["participant"].nunique() < 3:
-        raise AnalysisError(f"{scale}: a mixed model needs at least 3 participants")
-    factor = frame["position"].nunique() <= POSITIONS_AS_FACTOR
-    position = " + C(position)" if factor and frame["position"].nunique() > 1 else \
-        (" + position" if frame["position"].nunique() > 1 else "")
-    formula = f"score ~ C(condition, Treatment(reference='c0')){position}"
-    notes: list[str] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            fit = smf.mixedlm(formula, frame, groups=frame["participant"]).fit(reml=True)
-        except (ValueError, ArithmeticError) as e:  # numpy's LinAlgError is a ValueError
-            raise AnalysisError(f"{scale}: the mixed model could not be fitted ({e})") from None
-    if any("converge" in str(w.message).lower() for w in caught) or not fit.converged:
-        notes.append(f"{scale}: the mixed model did not fully converge; read its interval with care")
-    intervals = fit.conf_int(0.05)
-    out = []
-    for c in data.conditions[1:]:
-        term = f"C(condition, Treatment(reference='c0'))[T.{code[c]}]"
-        low, high = intervals.loc[term]
-        _, wilcoxon_p = _paired(data, scale, c) if _pairs(data, scale, c) else ([], None)
-        also = {"wilcoxon_p": wilcoxon_p} if wilcoxon_p is not None else {}
-        people = frame[frame["condition"].isin(["c0", code[c]])]["participant"].nunique()
-        out.append(Comparison(scale, c, data.conditions[0], "mixed-model",
-                              float(fit.params[term]), (float(low), float(high)),
-                              float(fit.pvalues[term]), int(people), None, also))
-    return out, notes
+    found = []
+    for ref, c in _pairs(data.conditions):
+        diffs = differences(data, scale, c, ref)
+        if len(diffs) < 2:
+            raise AnalysisError(f"{scale}: fewer than 2 participants rated both {c} and {ref}")
+        found.append(paired_comparison(diffs, scale, c, ref))
+    if len(data.conditions) < 3:
+        return found, None, []
+    model = fit_scale(data, scale, slopes=False)
+    return found, _omnibus(model, scale), [model.report]
 
 
-def _pairs(data: StudyData, scale: str, condition: str) -> bool:
-    means = _means(data, scale)
-    return len(set(means.get(condition, {})) & set(means.get(data.conditions[0], {}))) >= 2
+def _omnibus(model: ScaleModel, scale: str) -> Omnibus:
+    rows = [model.row(c, model.conditions[0]) for c in model.conditions[1:]]
+    f = model.fit.f_test(rows)
+    return Omnibus(scale, "mixed model, Satterthwaite df", f.f, f.df1, f.df2, f.p)
+
+
+def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | None,
+                                                 list[ModelReport], list[str]]:
+    from retimer.study.mixed_model import fit_scale
+    from retimer.study.paired import d_z, paired_t, wilcoxon
+
+    model = fit_scale(data, scale)
+    found = []
+    for ref, c in _pairs(model.conditions):
+        got = model.fit.contrast(model.row(c, ref))
+        diffs = differences(data, scale, c, ref)
+        companions = (paired_t(diffs), wilcoxon(diffs)) if len(diffs) >= 2 else ()
+        people = len({r.participant for r in data.rows
+                      if scale in r.scores and r.condition in (c, ref)})
+        found.append(Comparison(scale, c, ref, "mixed-model", got.estimate, got.ci, got.p,
+                                people, d_z(diffs) if len(diffs) >= 3 else None, df=got.df,
+                                companions=companions))
+    omnibus = _omnibus(model, scale) if len(model.conditions) > 2 else None
+    return found, omnibus, [model.report], model.notes
+
+
+def _holm(found: list[Comparison]) -> list[Comparison]:
+    """Each comparison's p adjusted over its scale's family (Holm 1979)."""
+    from dataclasses import replace
+
+    from statsmodels.stats.multitest import multipletests
+
+    if len(found) < 2:
+        return found
+    adjusted = multipletests([c.p for c in found], method="holm")[1]
+    return [replace(c, p_holm=float(a), family=len(found)) for c, a in zip(found, adjusted)]
 
 
 def analyze(data: StudyData) -> Analysis:
@@ -255,18 +244,22 @@ def analyze(data: StudyData) -> Analysis:
         if len(values) == 1:
             analysis.notes.append(f"{scale}: every rating is {values.pop():g}: nothing to test")
             continue
+        models: list[ModelReport] = []
         try:
             if design == "between":
-                found = [_welch(data, scale, c) for c in data.conditions[1:]]
+                found, omnibus = _between(data, scale)
             elif data.repeated:
-                found, notes = _mixed(data, scale)
+                found, omnibus, models, notes = _mixed(data, scale)
                 analysis.notes += notes
             else:
-                found = [_paired_comparison(data, scale, c) for c in data.conditions[1:]]
+                found, omnibus, models = _paired(data, scale)
         except AnalysisError as e:
             analysis.notes.append(str(e))
             continue
-        analysis.comparisons += found
+        analysis.comparisons += _holm(found)
+        analysis.models += models
+        if omnibus is not None:
+            analysis.omnibus.append(omnibus)
     return analysis
 
 

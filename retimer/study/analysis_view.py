@@ -5,18 +5,21 @@ an Analysis in, text out.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import math
 from collections import defaultdict
 
 from retimer.study.analysis import Analysis, Comparison
 
-__all__ = ["analysis_html", "analysis_json", "analysis_lines", "analysis_section", "p_text",
+__all__ = ["analysis_html", "analysis_json", "finite", "analysis_lines", "analysis_section", "p_text",
            "page", "summary_line"]
 
 TESTS = {"welch": "Welch's t test on per-participant means",
-         "paired": "paired difference of per-participant means (Wilcoxon signed-rank p)",
-         "mixed-model": "linear mixed model: score ~ condition + position + (1 | participant)"}
+         "paired": "paired t test on per-participant differences",
+         "mixed-model": "the mixed model below, Satterthwaite df"}
+COMPANIONS = {"paired-t": "paired t", "wilcoxon": "Wilcoxon signed-rank, Hodges-Lehmann",
+              "mann-whitney": "Mann-Whitney, Hodges-Lehmann shift", "welch": "Welch t"}
 COLORS = ("#2a6fdb", "#e4572e", "#17a398", "#8c5fbf", "#f2a541", "#4a4e69")
 
 
@@ -28,26 +31,59 @@ def _num(x: float, digits: int = 2) -> str:
     return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
+def _interval(ci: tuple[float, float], digits: int = 2) -> str:
+    if math.isinf(ci[0]) or math.isinf(ci[1]):
+        return "[unbounded: too few people]"
+    return f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
+
+
+def _df(df: float | None) -> str:
+    if df is None or math.isinf(df):
+        return ""
+    return f"df {df:.0f}" if abs(df - round(df)) < 0.05 else f"df {df:.1f}"
+
+
 def _upstream_bound(analysis: Analysis) -> int:
     return sum(n for reason, n in analysis.data.excluded.items() if "upstream" in reason)
 
 
+def _points(value: float) -> str:
+    return f"{abs(value):.1f} {'lower' if value < 0 else 'higher'}"
+
+
 def summary_line(analysis: Analysis, c: Comparison) -> str:
-    """"slow was rated 1.4 points lower on speed, 95 % CI 1.0-1.8, p < 0.001, 24 participants,
-    3 streams excluded as upstream-bound"."""
-    lower = c.estimate < 0
+    """"slow was rated 1.4 points lower than fast on speed, 95 % CI 1.0-1.8 lower, p < 0.001,
+    24 participants, 3 streams excluded as upstream-bound": the interval in the words' own
+    direction ("from 0.9 lower to 0.3 higher" when it spans no difference)."""
     size = abs(c.estimate)
-    low, high = sorted((abs(c.ci[0]), abs(c.ci[1]))) if (c.ci[0] < 0) == (c.ci[1] < 0) else \
-        (None, None)
-    if low is not None and high is not None:
-        interval = f"95 % CI {low:.1f}-{high:.1f}"
+    words = "lower" if c.estimate < 0 else "higher"
+    low, high = c.ci
+    if (low < 0) == (high < 0) and low != 0 and high != 0:
+        near, far = sorted((abs(low), abs(high)))
+        interval = f"95 % CI {near:.1f}-{far:.1f} {words}"
     else:
-        interval = f"95 % CI {c.ci[0]:+.1f} to {c.ci[1]:+.1f}"
-    words = "lower" if lower else "higher"
+        interval = f"95 % CI from {_points(low)} to {_points(high)}"
+    holm = (f" (Holm-adjusted over {c.family} comparisons on {c.scale}: {p_text(c.p_holm)})"
+            if c.p_holm is not None else "")
     bound = _upstream_bound(analysis)
     tail = f", {bound} stream{'s' if bound != 1 else ''} excluded as upstream-bound" if bound else ""
     return (f"{c.condition} was rated {size:.1f} points {words} than {c.reference} on {c.scale}, "
-            f"{interval}, {p_text(c.p)}, {c.participants} participants{tail}")
+            f"{interval}, {p_text(c.p)}{holm}, {c.participants} participants{tail}")
+
+
+def _test_lines(c: Comparison) -> list[str]:
+    df = _df(c.df)
+    effect = (f", {c.effect_size.name} {_num(c.effect_size.value)} "
+              f"{_interval(c.effect_size.ci)}" if c.effect_size else "")
+    holm = f", Holm {p_text(c.p_holm)}" if c.p_holm is not None else ""
+    lines = [f"  {c.scale}: {c.condition} - {c.reference} = {c.estimate:+.2f} "
+             f"{_interval(c.ci)}{', ' + df if df else ''}, {p_text(c.p)}{holm}{effect} "
+             f"({TESTS[c.test]})"]
+    for o in c.companions:
+        odf = _df(o.df)
+        lines.append(f"      beside: {COMPANIONS[o.test]} {o.estimate:+.2f} {_interval(o.ci)}"
+                     f"{', ' + odf if odf else ''}, {p_text(o.p)}")
+    return lines
 
 
 def analysis_lines(analysis: Analysis) -> list[str]:
@@ -55,7 +91,7 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     lines = [f"study {data.study}: {len(data.participants)} participants, {len(data.rows)} rated "
              f"responses; design {analysis.design}"
              + (" with repeated units or positions" if analysis.design == "within" and data.repeated
-                else ""),
+                else "") + f"; reference {data.conditions[0]}",
              ""]
     lines += [summary_line(analysis, c) for c in analysis.comparisons]
     lines += ["", "manipulation check (medians of the unit streams)",
@@ -70,14 +106,24 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     for d in analysis.described:
         lines.append(f"  {d.scale:<10} {d.condition:<14} {d.participants:>6} {d.ratings:>7} "
                      f"{_num(d.mean):>5} {_num(d.sd):>5}  {_num(d.ci[0])}-{_num(d.ci[1])}")
+    if analysis.omnibus:
+        lines += ["", "do the conditions differ at all (before the pairs)"]
+        lines += [f"  {o.scale}: F({o.df1:g}, {o.df2:.1f}) = {o.f:.2f}, {p_text(o.p)} ({o.test})"
+                  for o in analysis.omnibus]
     if analysis.comparisons:
-        lines += ["", "tests"]
+        lines += ["", "tests (an interval and its p from the same test; Holm over each scale's "
+                  "pairs)"]
         for c in analysis.comparisons:
-            extra = "".join(f", {k.replace('_p', '')} {p_text(v)}" for k, v in c.also.items())
-            effect = f", {c.effect_size[0]} {_num(c.effect_size[1])}" if c.effect_size else ""
-            lines.append(f"  {c.scale}: {c.condition} - {c.reference} = {c.estimate:+.2f} "
-                         f"[{c.ci[0]:+.2f}, {c.ci[1]:+.2f}], {p_text(c.p)}{effect}{extra} "
-                         f"({TESTS[c.test]})")
+            lines += _test_lines(c)
+    for model in analysis.models:
+        sds = ", ".join(f"{k} {v:.2f}" for k, v in model.sds.items())
+        cors = "".join(f"; correlation {k} {v:+.2f}" for k, v in model.correlations.items())
+        lines += ["", f"model for {model.scale}: {model.formula}",
+                  f"  {model.observations} ratings of {model.participants} participants; "
+                  f"{model.method}", f"  SDs: {sds}{cors}"]
+        if model.simplified:
+            lines.append(f"  simpler than the design's maximal model ({model.maximal}): "
+                         f"{model.simplified}")
     left = [f"  {n} {reason}" for reason, n in data.excluded.most_common()]
     if data.unrated:
         left.append(f"  {len(data.unrated)} participants with streams but no ratings: "
@@ -96,21 +142,43 @@ def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
+def _comparison_json(analysis: Analysis, c: Comparison) -> dict[str, object]:
+    out = dataclasses.asdict(c)
+    out["ci"] = list(c.ci)
+    out["summary"] = summary_line(analysis, c)
+    if c.effect_size is not None:
+        out["effect_size"] = {**dataclasses.asdict(c.effect_size), "ci": list(c.effect_size.ci)}
+    out["companions"] = [{**dataclasses.asdict(o), "ci": list(o.ci)} for o in c.companions]
+    return out
+
+
+def finite(value: object) -> object:
+    """JSON has no NaN or infinity: an unknown or unbounded figure is null."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
 def analysis_json(analysis: Analysis) -> dict[str, object]:
+    """The figures for scripts (an unbounded interval's end, or a figure with no value: null)."""
     data = analysis.data
-    return {
+    figures: dict[str, object] = {
         "study": data.study, "design": analysis.design, "repeated": data.repeated,
         "participants": len(data.participants), "rated_responses": len(data.rows),
         "conditions": data.conditions, "reference": data.conditions[0], "scales": data.scales,
         "manipulation": [vars(m) for m in analysis.manipulation],
         "described": [{**vars(d), "ci": list(d.ci)} for d in analysis.described],
-        "comparisons": [{**vars(c), "ci": list(c.ci), "summary": summary_line(analysis, c),
-                         "effect_size": (None if c.effect_size is None else
-                                         {"name": c.effect_size[0], "value": c.effect_size[1]})}
-                        for c in analysis.comparisons],
+        "omnibus": [dataclasses.asdict(o) for o in analysis.omnibus],
+        "comparisons": [_comparison_json(analysis, c) for c in analysis.comparisons],
+        "models": [dataclasses.asdict(m) for m in analysis.models],
         "excluded": dict(data.excluded), "unrated_participants": data.unrated,
         "notes": analysis.notes,
     }
+    return finite(figures)  # type: ignore[return-value]
 
 
 def _plot(analysis: Analysis, scale: str) -> str:

@@ -3,7 +3,8 @@ analysis (does it find the effect it was given, and nothing when there is none) 
 sample-size helper. Pure: numbers in, records out (numpy draws them).
 
 A participant's rating of a unit is base + their own offset (person_sd) + the condition's effect
-(0 for the reference) + a drift per position (a period effect, which a Latin square balances) +
+(0 for the reference) + their own deviation from that effect (slope_sd: people differ in how
+much a condition bothers them, a random slope) + a drift per position (a period effect, which a Latin square balances) +
 noise (noise_sd), rounded and kept within 1-7, as a 7-point scale would record it. The `within`
 design gives everyone the same order, which no analysis can tell from a drift, so it has none.
 """
@@ -25,6 +26,7 @@ DESIGNS = ("between", "within", "latin-square")
 def simulate_records(design: str, conditions: Sequence[str], participants: int, units: int,
                      effects: Sequence[float], seed: int, *, person_sd: float = 0.8,
                      noise_sd: float = 1.0, base: float = 4.0, drift: float = 0.15,
+                     slope_sd: float = 0.0,
                      scale: str = "speed", study: str = "simulated",
                      upstream_bound: float = 0.0) -> list[Record]:
     """Stream and rating records of a simulated study.
@@ -45,6 +47,7 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
     for k in range(participants):
         person = f"P{k + 1}"
         offset = rng.normal(0.0, person_sd)
+        own = [0.0, *rng.normal(0.0, slope_sd, n - 1)] if slope_sd else [0.0] * n
         if design == "between":
             sequence = [k % n] * units
         elif design == "within":
@@ -55,7 +58,7 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
         for position, c in enumerate(sequence):
             stream = f"{person}-{position}"
             period = 0.0 if design == "within" else drift * position  # a fixed order confounds it
-            latent = base + offset + effects[c] + period + rng.normal(0.0, noise_sd)
+            latent = base + offset + effects[c] + own[c] + period + rng.normal(0.0, noise_sd)
             score = int(min(7, max(1, round(float(latent)))))
             bound = bool(rng.random() < upstream_bound)
             tags = StudyTags(study, person, conditions[c], position)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
@@ -20,6 +22,7 @@ from retimer.cli.cmdline import OneLineParser, fail
 if TYPE_CHECKING:
     from retimer.records.schema import Record
     from retimer.study.analysis import Analysis
+    from retimer.study.power import PowerAssumptions
     from retimer.study.threshold import Thresholds
 
 
@@ -28,6 +31,7 @@ class PowerFigures(TypedDict):
     scale: str
     needed: int | None
     table: list[tuple[int, float]]
+    assumptions: PowerAssumptions
 
 __all__ = ["main", "parser", "report_sections"]
 
@@ -64,10 +68,14 @@ def _records(names: list[str]) -> list[Record]:
 
 
 def main(argv: list[str]) -> None:
+    # the analysis's matrices are 2 x 2 to 20 x 20: BLAS threads only synchronise (2.7 ms per
+    # optimizer step on a busy 2-core machine); numpy is not imported yet here
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     args = parser().parse_args(argv)
     from retimer.study.analysis import analyze, require_extras
     from retimer.study.analysis_data import AnalysisError, collect, study_of
-    from retimer.study.analysis_view import analysis_html, analysis_json, analysis_lines
+    from retimer.study.analysis_view import analysis_html, analysis_json, analysis_lines, finite
     from retimer.study.threshold import thresholds
 
     order: list[str] = []
@@ -91,24 +99,21 @@ def main(argv: list[str]) -> None:
             return
         data = collect(records, args.study_name, order, args.reference)
         analysis = analyze(data)
+        power = _power(analysis, args.power) if args.power is not None else None
     except AnalysisError as e:
         fail(str(e))
     out = sys.stdout
     if args.json:
         figures = analysis_json(analysis)
-        if args.power is not None:
-            figures["power"] = dict(_power(analysis, args.power))
-        print(json.dumps(figures, indent=2), file=out)
+        if power is not None:
+            figures["power"] = finite({**power, "assumptions": asdict(power["assumptions"])})
+        print(json.dumps(figures, indent=2, allow_nan=False), file=out)
     else:
         for line in analysis_lines(analysis):
             print(line, file=out)
-        if args.power is not None:
-            power = _power(analysis, args.power)
-            print("", file=out)
-            print(f"participants needed for {args.power:+g} points on {power['scale']} "
-                  f"(80 % power, p < 0.05, simulated on this design): "
-                  f"{power['needed'] or 'more than 200'}", file=out)
-            print("  " + "  ".join(f"{n}: {share:.0%}" for n, share in power["table"]), file=out)
+        if power is not None:
+            for line in _power_lines(power):
+                print(line, file=out)
     if args.html:
         try:
             Path(args.html).expanduser().write_text(analysis_html(analysis), encoding="utf-8")
@@ -141,9 +146,20 @@ def _staircase(args: argparse.Namespace, stairs: Thresholds) -> None:
 def _power(analysis: Analysis, effect: float) -> PowerFigures:
     from retimer.study.power import power_table
 
-    rows, needed = power_table(analysis, effect)
-    return {"effect": effect, "scale": analysis.data.scales[0], "needed": needed,
-            "table": [(r.participants, r.power) for r in rows]}
+    rows, needed, assumed = power_table(analysis, effect)
+    return {"effect": effect, "scale": assumed.scale, "needed": needed,
+            "table": [(r.participants, r.power) for r in rows], "assumptions": assumed}
+
+
+def _power_lines(power: PowerFigures) -> list[str]:
+    a = power["assumptions"]
+    level = f"p < {a.alpha:.3g}" + (" (0.05 over the pairs: Holm's first step)"
+                                    if a.alpha < 0.05 else "")
+    return ["", f"participants needed for {power['effect']:+g} points, {a.condition} against "
+            f"{a.reference} on {power['scale']} (80 % power, {level}): "
+            f"{power['needed'] or 'more than 200'}",
+            "  " + "  ".join(f"{n}: {share:.0%}" for n, share in power["table"]),
+            f"  the test: {a.test}", f"  its SD {a.sd:.2f} (from {a.source})"]
 
 
 def report_sections(records: list[Record]) -> tuple[list[str], str]:

@@ -1,0 +1,360 @@
+"""A linear mixed model with per-participant random intercepts and slopes, fitted by REML, with
+Satterthwaite's degrees of freedom for its tests. Pure: arrays in, a fit out (numpy, scipy).
+
+Why our own: statsmodels' MixedLM tests with a Wald z and no small-sample degrees of freedom,
+which calls an effect in 11-15 % of null studies of 8-24 people whose effect varies from
+person to person. This is the model lme4 fits and lmerTest tests (Bates et al. 2015, J. Stat.
+Softw. 67(1); Kuznetsova et al. 2017, J. Stat. Softw. 82(13)): the REML criterion profiled
+over the residual variance, the random effects' covariance as sigma^2 Lambda Lambda' with
+Lambda lower triangular (`theta` its entries), and for a contrast L the Satterthwaite df
+2 (L C L')^2 / (g' A g), C the fixed effects' covariance, g its gradient and A the inverse of
+half the criterion's Hessian, both over (theta, sigma). tests/unit/test_study_lmm.py holds it to
+lme4's `sleepstudy` fit.
+
+Every group's rows enter only through their sums (Z'Z, Z'X, Z'y), so one evaluation of the
+criterion is a handful of batched q x q solves, whatever the number of ratings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = ["Contrast", "FTest", "MixedFit", "fit_mixed"]
+
+Structure = Literal["unstructured", "diagonal"]
+SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
+Array = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """One linear combination of the fixed effects, tested with Satterthwaite's df."""
+
+    estimate: float
+    se: float
+    df: float
+    t: float
+    p: float
+    ci: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class FTest:
+    """A multi-row contrast (an omnibus test): F on (df1, df2), df2 by Satterthwaite."""
+
+    f: float
+    df1: int
+    df2: float
+    p: float
+
+
+def _theta_index(q: int, structure: Structure) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """Where theta's entries go in Lambda: lme4's order, column by column."""
+    if structure == "diagonal":
+        return np.arange(q), np.arange(q)
+    rows, cols = np.tril_indices(q)
+    order = np.lexsort((rows, cols))
+    return rows[order], cols[order]
+
+
+def _lambda(theta: Array, q: int, structure: Structure) -> Array:
+    lam = np.zeros((q, q))
+    lam[_theta_index(q, structure)] = theta
+    return lam
+
+
+class _Sums:
+    """The data's sufficient statistics per group, for one evaluation after another."""
+
+    def __init__(self, y: Array, x: Array, z: Array, groups: NDArray[np.int64]) -> None:
+        order = np.argsort(groups, kind="stable")
+        y, x, z, groups = y[order], x[order], z[order], groups[order]
+        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        self.n, self.p = x.shape
+        self.q = z.shape[1]
+        self.groups = len(starts)
+        self.ztz = np.add.reduceat(z[:, :, None] * z[:, None, :], starts, axis=0)
+        self.ztx = np.add.reduceat(z[:, :, None] * x[:, None, :], starts, axis=0)
+        self.zty = np.add.reduceat(z * y[:, None], starts, axis=0)
+        self.xtx = x.T @ x
+        self.xty = x.T @ y
+        self.yty = float(y @ y)
+
+    def parts(self, lam: Array) -> tuple[float, Array, Array, float, Array]:
+        """(log|H|, X'H^-1 X, X'H^-1 y, y'H^-1 y, T) for H = I + Z Lambda Lambda' Z', with
+        T = Lambda A^-1 Lambda' per group (A = Lambda' Z'Z Lambda + I): by Woodbury,
+        H^-1 = I - Z T Z' within a group."""
+        a = lam.T @ self.ztz @ lam + np.eye(self.q)
+        sign, logdets = np.linalg.slogdet(a)
+        if np.any(sign <= 0):
+            raise np.linalg.LinAlgError("A is not positive definite")
+        t = lam @ np.linalg.inv(a) @ lam.T
+        tzx = t @ self.ztx
+        tzy = np.einsum("gqr,gr->gq", t, self.zty)
+        xhx = self.xtx - np.einsum("gqi,gqj->ij", self.ztx, tzx)
+        xhy = self.xty - np.einsum("gqi,gq->i", self.ztx, tzy)
+        yhy = self.yty - float(np.einsum("gq,gq->", self.zty, tzy))
+        return float(logdets.sum()), xhx, xhy, yhy, t
+
+
+class _Criterion:
+    """The REML criterion (-2 log restricted likelihood) as a function of theta (profiled) or
+    of (theta, sigma), and the fixed effects' covariance as a function of (theta, sigma)."""
+
+    def __init__(self, sums: _Sums, structure: Structure) -> None:
+        self.sums = sums
+        self.structure = structure
+        self.index = _theta_index(sums.q, structure)
+        self.diagonal = self.index[0] == self.index[1]
+
+    def lam(self, theta: Array) -> Array:
+        return _lambda(theta, self.sums.q, self.structure)
+
+    def _solve(self, theta: Array) -> tuple[float, float, Array, Array]:
+        logdet, xhx, xhy, yhy, _ = self.sums.parts(self.lam(theta))
+        sign, logdet_x = np.linalg.slogdet(xhx)
+        if sign <= 0:
+            raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
+        beta = np.linalg.solve(xhx, xhy)
+        rss = max(yhy - float(beta @ xhy), 1e-300)
+        return logdet + float(logdet_x), rss, beta, xhx
+
+    def profiled(self, theta: Array) -> float:
+        try:
+            logdets, rss, _, _ = self._solve(theta)
+        except np.linalg.LinAlgError:
+            return math.inf
+        dof = self.sums.n - self.sums.p
+        return logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
+
+    def profiled_and_gradient(self, theta: Array) -> tuple[float, Array]:
+        """The profiled criterion and its exact gradient: d/dtheta_k = tr(P dH) - (n - p)
+        y'P dH P y / r^2, with dH = Z (E_k Lambda' + Lambda E_k') Z' and P the REML
+        projection; only P's diagonal blocks enter, each from the group's sums."""
+        s = self.sums
+        lam = self.lam(theta)
+        try:
+            logdet, xhx, xhy, yhy, t = s.parts(lam)
+            sign, logdet_x = np.linalg.slogdet(xhx)
+            if sign <= 0:
+                raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
+            c = np.linalg.inv(xhx)
+        except np.linalg.LinAlgError:
+            return math.inf, np.zeros_like(theta)
+        beta = c @ xhy
+        rss = max(yhy - float(beta @ xhy), 1e-300)
+        dof = s.n - s.p
+        value = logdet + float(logdet_x) + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
+        ztz_t = s.ztz @ t
+        zhz = s.ztz - ztz_t @ s.ztz
+        zhx = s.ztx - ztz_t @ s.ztx
+        zhy = s.zty - np.einsum("gqr,gr->gq", ztz_t, s.zty)
+        proj = zhz.sum(axis=0) - np.einsum("gqi,ij,grj->qr", zhx, c, zhx)
+        v = zhy - zhx @ beta
+        outer = v.T @ v
+        grad = 2.0 * ((proj - dof / rss * outer) @ lam)
+        return value, grad[self.index]
+
+    def full(self, varpar: Array) -> float:
+        theta, sigma = varpar[:-1], varpar[-1]
+        logdets, rss, _, _ = self._solve(theta)
+        dof = self.sums.n - self.sums.p
+        return logdets + dof * math.log(2.0 * math.pi * sigma ** 2) + rss / sigma ** 2
+
+    def vcov(self, varpar: Array) -> Array:
+        theta, sigma = varpar[:-1], varpar[-1]
+        _, _, _, xhx = self._solve(theta)
+        return sigma ** 2 * np.linalg.inv(xhx)
+
+
+STEP = 1e-2  # relative finite-difference step; halved once for Richardson's extrapolation
+
+
+def _richardson(estimate: Callable[[float], Array]) -> Array:
+    """A central difference's O(h^2) error removed: (4 D(h/2) - D(h)) / 3. With the REML
+    criterion near 10^3 a step much below 1e-3 loses the curvature to rounding."""
+    return (4 * estimate(STEP / 2) - estimate(STEP)) / 3
+
+
+def _hessian(f: Callable[[Array], float], at: Array) -> Array:
+    """The Hessian of f at `at` by central second differences, steps relative to each size."""
+    k = len(at)
+    f0 = f(at)
+
+    def estimate(step: float) -> Array:
+        h = step * np.maximum(np.abs(at), 1e-2)
+        out = np.empty((k, k))
+        for i in range(k):
+            ei = np.zeros(k)
+            ei[i] = h[i]
+            out[i, i] = (f(at + ei) - 2 * f0 + f(at - ei)) / h[i] ** 2
+            for j in range(i):
+                ej = np.zeros(k)
+                ej[j] = h[j]
+                out[i, j] = out[j, i] = (f(at + ei + ej) - f(at + ei - ej) - f(at - ei + ej)
+                                         + f(at - ei - ej)) / (4 * h[i] * h[j])
+        return out
+
+    return _richardson(estimate)
+
+
+def _jacobian(f: Callable[[Array], Array], at: Array) -> Array:
+    """d f / d at for a matrix-valued f, shape (k, *f.shape), by central differences."""
+    def estimate(step: float) -> Array:
+        h = step * np.maximum(np.abs(at), 1e-2)
+        parts = []
+        for i in range(len(at)):
+            e = np.zeros(len(at))
+            e[i] = h[i]
+            parts.append((f(at + e) - f(at - e)) / (2 * h[i]))
+        return np.asarray(parts)
+
+    return _richardson(estimate)
+
+
+@dataclass(frozen=True)
+class MixedFit:
+    """A fitted model: the fixed effects (`names`, `beta`, `vcov`), the random effects' SDs and
+    correlations, the residual SD, and Satterthwaite tests of contrasts."""
+
+    names: tuple[str, ...]
+    random: tuple[str, ...]
+    structure: Structure
+    beta: Array
+    vcov: Array
+    sigma: float
+    theta: Array
+    criterion: float  # the REML criterion at the optimum (lme4's "REML criterion")
+    converged: bool
+    singular: bool  # a random effect's variance (or a correlation) at its boundary
+    observations: int
+    groups: int
+    _jac: Array  # d vcov / d (theta, sigma): (k, p, p)
+    _cov_varpar: Array  # asymptotic covariance of (theta, sigma)
+
+    @property
+    def covariance(self) -> Array:
+        """The random effects' covariance matrix (q x q), in the data's units squared."""
+        lam = _lambda(self.theta, len(self.random), self.structure)
+        return self.sigma ** 2 * lam @ lam.T
+
+    @property
+    def sds(self) -> dict[str, float]:
+        """Each random effect's SD, and the residual's."""
+        sd = np.sqrt(np.diag(self.covariance))
+        return {**{name: float(v) for name, v in zip(self.random, sd)}, "residual": self.sigma}
+
+    def _df(self, row: Array) -> float:
+        var = float(row @ self.vcov @ row)
+        grad = np.einsum("kij,i,j->k", self._jac, row, row)
+        spread = float(grad @ self._cov_varpar @ grad)
+        if spread <= 0 or not math.isfinite(spread):
+            return math.inf
+        return 2.0 * var ** 2 / spread
+
+    def contrast(self, row: ArrayLike, level: float = 0.95) -> Contrast:
+        from scipy import stats
+
+        vector = np.asarray(row, dtype=float)
+        estimate = float(vector @ self.beta)
+        se = math.sqrt(float(vector @ self.vcov @ vector))
+        df = self._df(vector)
+        t = estimate / se if se > 0 else math.nan
+        p = float(2 * stats.t.sf(abs(t), df)) if math.isfinite(t) else math.nan
+        half = float(stats.t.ppf(0.5 + level / 2, df)) * se
+        return Contrast(estimate, se, df, t, p, (estimate - half, estimate + half))
+
+    def f_test(self, rows: ArrayLike) -> FTest:
+        """Several rows at once (lmerTest's `contestMD`): F from the contrasts' covariance,
+        df2 from each eigen-direction's Satterthwaite df."""
+        from scipy import stats
+
+        matrix = np.atleast_2d(np.asarray(rows, dtype=float))
+        cov = matrix @ self.vcov @ matrix.T
+        values, vectors = np.linalg.eigh(cov)
+        keep = values > 1e-12 * max(float(values.max()), 1e-300)
+        values, vectors = values[keep], vectors[:, keep]
+        k = int(keep.sum())
+        directions = vectors.T @ matrix
+        t2 = (directions @ self.beta) ** 2 / values
+        f = float(t2.sum() / k)
+        nus = np.array([self._df(d) for d in directions])
+        if np.any(nus <= 2):
+            df2 = 2.0
+        else:
+            e = float((nus / (nus - 2)).sum())
+            df2 = 2 * e / (e - k) if e > k else math.inf
+        return FTest(f, k, df2, float(stats.f.sf(f, k, df2)))
+
+
+def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tuple[str, ...],
+              random: tuple[str, ...], structure: Structure = "unstructured") -> MixedFit:
+    """REML fit of y = X beta + Z b_group + e, b ~ N(0, Sigma) per group, e ~ N(0, sigma^2).
+
+    Raises ValueError (one line) when X is rank-deficient or the data too few."""
+    from scipy import optimize
+
+    y, x, z = (np.asarray(a, dtype=float) for a in (y, x, z))
+    if np.linalg.matrix_rank(x) < x.shape[1]:
+        raise ValueError("the fixed effects are confounded (a column of X is a mix of others)")
+    if len(y) <= x.shape[1]:
+        raise ValueError("fewer ratings than fixed effects")
+    fitted = x @ np.linalg.lstsq(x, y, rcond=None)[0]
+    if float(np.sum((y - fitted) ** 2)) <= 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-12):
+        raise ValueError("the fixed effects explain every rating exactly: no variation is left "
+                         "to test against")
+    sums = _Sums(y, x, z, np.asarray(groups))
+    crit = _Criterion(sums, structure)
+    start = np.where(crit.diagonal, 1.0, 0.0)
+    bounds = [(0.0, None) if d else (None, None) for d in crit.diagonal]
+    best = optimize.minimize(crit.profiled_and_gradient, start, jac=True, method="L-BFGS-B",
+                             bounds=bounds, options={"ftol": 1e-14, "gtol": 1e-9})
+    success = bool(best.success)
+    theta = np.asarray(best.x)
+    if not success:  # a rough surface: the simplex, which needs no gradient
+        polish = optimize.minimize(crit.profiled, best.x, method="Nelder-Mead",
+                                   options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
+        if polish.fun <= best.fun:
+            theta, success = np.asarray(polish.x), bool(polish.success)
+    theta = np.where(crit.diagonal, np.abs(theta), theta)  # Lambda's sign is free
+    value = crit.profiled(theta)
+    _, rss, beta, _ = crit._solve(theta)
+    dof = sums.n - sums.p
+    sigma = math.sqrt(rss / dof)
+    varpar = np.r_[theta, sigma]
+    singular = bool(np.any(theta[crit.diagonal] < SINGULAR))
+    # the df's ingredients over the parameters away from their boundary (a variance at 0 is
+    # not a free parameter there: lmerTest's practice too)
+    free = np.r_[~(crit.diagonal & (theta < SINGULAR)), True]
+    # an off-diagonal entry in a zero column is not identified either
+    dead = np.flatnonzero(np.abs(np.diag(crit.lam(theta))) < SINGULAR)
+    free[:-1] &= ~np.isin(crit.index[1], dead)
+    sub = np.flatnonzero(free)
+
+    def full_sub(v: Array) -> float:
+        whole = varpar.copy()
+        whole[sub] = v
+        return crit.full(whole)
+
+    def vcov_sub(v: Array) -> Array:
+        whole = varpar.copy()
+        whole[sub] = v
+        return crit.vcov(whole)
+
+    hess = _hessian(full_sub, varpar[sub])
+    try:
+        cov_varpar = 2.0 * np.linalg.inv(hess)
+        eig = np.linalg.eigvalsh(hess)
+        converged = success and bool(eig.min() > 0)
+    except np.linalg.LinAlgError:
+        cov_varpar = np.full_like(hess, np.nan)
+        converged = False
+    return MixedFit(names, random, structure, beta, crit.vcov(varpar), sigma, theta, value,
+                    converged, singular, sums.n, sums.groups, _jacobian(vcov_sub, varpar[sub]),
+                    cov_varpar)

@@ -1,0 +1,128 @@
+"""retimer.study.lmm against published and independent figures: lme4/lmerTest's `sleepstudy`
+fit, statsmodels' REML estimates on a three-condition design, the paired t test it must equal
+when each person rates each condition once."""
+
+from __future__ import annotations
+
+import csv
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+from retimer.study.lmm import fit_mixed
+from tests.support.paths import ROOT
+
+SLEEPSTUDY = ROOT / "tests" / "fixtures" / "stats" / "sleepstudy.csv"
+
+
+def _sleepstudy() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    with SLEEPSTUDY.open() as f:
+        rows = list(csv.DictReader(f))
+    y = np.array([float(r["Reaction"]) for r in rows])
+    days = np.array([float(r["Days"]) for r in rows])
+    return y, np.c_[np.ones_like(days), days], np.array([int(r["Subject"]) for r in rows])
+
+
+def test_sleepstudy_is_lme4_and_lmertest_own() -> None:
+    """lmer(Reaction ~ Days + (Days | Subject)), summary() with lmerTest (published output)."""
+    y, x, subject = _sleepstudy()
+    fit = fit_mixed(y, x, x, subject, ("(Intercept)", "Days"), ("(Intercept)", "Days"))
+    assert fit.converged and not fit.singular
+    assert fit.criterion == pytest.approx(1743.6, abs=0.05)  # "REML criterion at convergence"
+    days = fit.contrast([0, 1])
+    assert (round(days.estimate, 3), round(days.se, 3), round(days.df, 3)) == (10.467, 1.546, 17.0)
+    assert round(days.t, 3) == 6.771 and f"{days.p:.2e}" == "3.26e-06"
+    intercept = fit.contrast([1, 0])
+    assert (round(intercept.estimate, 3), round(intercept.se, 3)) == (251.405, 6.825)
+    assert round(intercept.df, 3) == 17.0
+    sds = fit.sds
+    # (printed to 3 decimals; the optimum's ridge is flat to about 1e-3 in the intercept's SD)
+    assert [sds["(Intercept)"], sds["Days"], sds["residual"]] == pytest.approx(
+        [24.741, 5.922, 25.592], abs=1.5e-3)
+    cov = fit.covariance
+    assert round(cov[0, 1] / math.sqrt(cov[0, 0] * cov[1, 1]), 2) == 0.07
+    one_row = fit.f_test([[0, 1]])  # an F on one row is the t test squared, same df
+    assert one_row.f == pytest.approx(days.t ** 2) and one_row.df2 == pytest.approx(days.df)
+    assert one_row.p == pytest.approx(days.p)
+
+
+def _three_conditions(seed: int, people: int = 16, units: int = 4, slope_sd: float = 0.6
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    rows = []
+    for person in range(people):
+        offset = rng.normal(0, 0.8)
+        slopes = [0.0, *rng.normal(0, slope_sd, 2)]
+        for condition in range(3):
+            for _ in range(units):
+                rows.append((person, condition, 4 + offset + [0, -0.4, -1.0][condition]
+                             + slopes[condition] + rng.normal(0, 1.0)))
+    person = np.array([r[0] for r in rows])
+    condition = np.array([r[1] for r in rows])
+    x = np.c_[np.ones(len(rows)), condition == 1, condition == 2].astype(float)
+    return np.array([r[2] for r in rows]), x, x.copy(), person
+
+
+def test_a_three_condition_fit_matches_statsmodels_reml() -> None:
+    """The same REML optimum as statsmodels' MixedLM with a full random-slope covariance."""
+    import pandas as pd
+    import statsmodels.formula.api as smf
+
+    y, x, z, person = _three_conditions(seed=3)
+    fit = fit_mixed(y, x, z, person, ("1", "c1", "c2"), ("1", "c1", "c2"))
+    frame = pd.DataFrame({"y": y, "c1": x[:, 1], "c2": x[:, 2], "person": person})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        theirs = smf.mixedlm("y ~ c1 + c2", frame, groups=frame["person"],
+                             re_formula="~ c1 + c2").fit(reml=True, method=["lbfgs"])
+    assert fit.beta == pytest.approx(theirs.fe_params.to_numpy(), abs=2e-4)
+    assert np.sqrt(np.diag(fit.vcov)) == pytest.approx(theirs.bse_fe.to_numpy(), rel=2e-3)
+    assert fit.sigma == pytest.approx(math.sqrt(theirs.scale), rel=1e-3)
+    assert fit.covariance == pytest.approx(theirs.cov_re.to_numpy(), abs=5e-3)
+    # the df lie between the subjects' n - 1 and the ratings' count, and the omnibus test's
+    # denominator df among them
+    omnibus = fit.f_test([[0, 1, 0], [0, 0, 1]])
+    for row in ([0, 1, 0], [0, 0, 1]):
+        assert 15 * 0.8 < fit.contrast(row).df < len(y)
+    assert omnibus.df1 == 2 and 10 < omnibus.df2 < len(y)
+
+
+def test_each_condition_once_is_the_paired_t_test() -> None:
+    """(1 | person) with two conditions each rated once: the contrast's t, df and p are the
+    paired t test's, exactly (a balanced design, people's variance estimated above zero)."""
+    from scipy import stats
+
+    rng = np.random.default_rng(8)
+    people = 11
+    base = rng.normal(4, 1, people)
+    a, b = base + rng.normal(0, 1, people), base - 0.5 + rng.normal(0, 1, people)
+    y = np.r_[a, b]
+    x = np.c_[np.ones(2 * people), np.r_[np.zeros(people), np.ones(people)]]
+    person = np.r_[np.arange(people), np.arange(people)]
+    fit = fit_mixed(y, x, np.ones((2 * people, 1)), person, ("1", "b"), ("1",))
+    assert not fit.singular
+    got = fit.contrast([0, 1])
+    paired = stats.ttest_rel(b, a)
+    assert got.t == pytest.approx(paired.statistic, rel=1e-5)
+    assert got.df == pytest.approx(people - 1, rel=1e-3)
+    assert got.p == pytest.approx(paired.pvalue, rel=1e-3)
+    assert got.ci == pytest.approx(tuple(paired.confidence_interval(0.95)), rel=1e-3)
+
+
+def test_no_person_effect_is_a_singular_fit() -> None:
+    rng = np.random.default_rng(1)
+    person = np.repeat(np.arange(10), 6)
+    x = np.c_[np.ones(60), np.tile([0.0, 1.0], 30)]
+    y = 3 + 0.5 * x[:, 1] + rng.normal(0, 1, 60)  # nobody differs from anybody
+    fit = fit_mixed(y, x, x, person, ("1", "b"), ("1", "b"), structure="diagonal")
+    assert fit.singular
+    assert fit.contrast([0, 1]).df > 30  # the residual's df, not the people's
+
+
+def test_confounded_fixed_effects_are_refused_in_one_line() -> None:
+    x = np.c_[np.ones(8), np.ones(8)]
+    with pytest.raises(ValueError, match="confounded"):
+        fit_mixed(np.arange(8.0), x, np.ones((8, 1)), np.repeat(np.arange(4), 2), ("a", "b"),
+                  ("1",))
