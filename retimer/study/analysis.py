@@ -35,6 +35,8 @@ from retimer.study.results import Comparison, ModelReport, Omnibus
 
 if TYPE_CHECKING:
     from retimer.study.mixed_model import ScaleModel
+    from retimer.study.ordinal import OrdinalCheck
+    from retimer.study.slow_answers import SlowComparison, SlowShare
 
 __all__ = ["Analysis", "Comparison", "Described", "Manipulation", "analyze", "require_extras"]
 
@@ -71,6 +73,9 @@ class Described:
     mean: float  # the mean of per-participant means: each person counts once
     sd: float
     ci: tuple[float, float]
+    # within designs: the Cousineau-Morey interval, people's own levels taken out (what a
+    # within-person comparison of the conditions sees); None between
+    within_ci: tuple[float, float] | None = None
 
 
 @dataclass
@@ -83,6 +88,10 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     omnibus: list[Omnibus] = field(default_factory=list)
     models: list[ModelReport] = field(default_factory=list)
+    ordinal: list[OrdinalCheck] = field(default_factory=list)
+    slow_shares: list[SlowShare] = field(default_factory=list)
+    slow_comparisons: list[SlowComparison] = field(default_factory=list)
+    software: dict[str, str] = field(default_factory=dict)
 
 
 def _median(values: Sequence[float]) -> float | None:
@@ -132,8 +141,31 @@ def _t_interval(values: Sequence[float]) -> tuple[float, float]:
     return (float(mean - half), float(mean + half))
 
 
+def _within_intervals(data: StudyData, scale: str) -> dict[str, tuple[float, float]]:
+    """Cousineau-Morey intervals: each person's condition means minus their own mean plus the
+    grand mean, the t interval of those, widened by sqrt(k / (k - 1)) (Morey 2008), over the
+    people who rated every condition."""
+    means = person_means(data, scale)
+    conditions = [c for c in data.conditions if means.get(c)]
+    k = len(conditions)
+    people = sorted(set.intersection(*(set(means[c]) for c in conditions))) if k else []
+    if k < 2 or len(people) < 2:
+        return {}
+    own = {p: statistics.fmean(means[c][p] for c in conditions) for p in people}
+    grand = statistics.fmean(own.values())
+    out = {}
+    for c in conditions:
+        normed = [means[c][p] - own[p] + grand for p in people]
+        low, high = _t_interval(normed)
+        centre = statistics.fmean(normed)
+        half = (high - low) / 2 * math.sqrt(k / (k - 1))
+        out[c] = (centre - half, centre + half)
+    return out
+
+
 def describe(data: StudyData, scale: str) -> list[Described]:
     means = person_means(data, scale)
+    within = _within_intervals(data, scale) if data.design == "within" else {}
     out = []
     for c in data.conditions:
         people = list(means.get(c, {}).values())
@@ -142,7 +174,8 @@ def describe(data: StudyData, scale: str) -> list[Described]:
             continue
         mean = sum(people) / len(people)
         sd = statistics.stdev(people) if len(people) > 1 else math.nan
-        out.append(Described(c, scale, ratings, len(people), mean, sd, _t_interval(people)))
+        out.append(Described(c, scale, ratings, len(people), mean, sd, _t_interval(people),
+                             within.get(c)))
     return out
 
 
@@ -236,6 +269,9 @@ def analyze(data: StudyData) -> Analysis:
     if len(data.conditions) < 2:
         raise AnalysisError(f"study {data.study}: only {data.conditions[0]} has ratings left "
                             f"({_left_out(data) or 'nothing left out'}): nothing to compare")
+    from retimer.study.ordinal import ordinal_check
+    from retimer.study.slow_answers import slow_answers
+
     design = data.design
     analysis = Analysis(data, design, manipulation(data), [], [])
     for scale in data.scales:
@@ -260,7 +296,26 @@ def analyze(data: StudyData) -> Analysis:
         analysis.models += models
         if omnibus is not None:
             analysis.omnibus.append(omnibus)
+        checks, note = ordinal_check(data, scale)
+        analysis.ordinal += checks
+        if note:
+            analysis.notes.append(note)
+    analysis.slow_shares, analysis.slow_comparisons = slow_answers(data)
+    analysis.software = software()
     return analysis
+
+
+def software() -> dict[str, str]:
+    """The versions a methods section names."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("retimer", "numpy", "scipy", "statsmodels"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "unknown"
+    return out
 
 
 def _left_out(data: StudyData) -> str:

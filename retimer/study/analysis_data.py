@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from retimer.records.schema import Rating, Record, StreamRecord
 
 __all__ = ["AnalysisError", "Rated", "StudyData", "collect", "study_of"]
 
 LOW, HIGH = 1, 7
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class AnalysisError(ValueError):
@@ -46,6 +48,19 @@ class StudyData:
     streams: list[StreamRecord]  # the study's unit streams (the manipulation check)
     excluded: Counter[str] = field(default_factory=Counter)  # reason -> count
     unrated: list[str] = field(default_factory=list)  # participants with streams, no ratings
+    unrated_units: int = 0  # unit responses nobody rated (the participant moved on or left)
+    reference_from: str = "the first condition in the log(s)"  # why conditions[0] is it
+
+    @property
+    def one_condition(self) -> list[str]:
+        """In a within design, the participants whose rows hold one condition only: no
+        difference of their own, so not in the paired tests (the mixed model keeps them)."""
+        if self.design == "between":
+            return []
+        seen: dict[str, set[str]] = defaultdict(set)
+        for r in self.rows:
+            seen[r.participant].add(r.condition)
+        return sorted(p for p, c in seen.items() if len(c) == 1)
 
     @property
     def participants(self) -> list[str]:
@@ -89,15 +104,20 @@ def study_of(records: Sequence[Record], study: str | None) -> str:
 
 
 def collect(records: Iterable[Record], study: str | None = None,
-            order: Sequence[str] = (), reference: str | None = None) -> StudyData:
+            order: Sequence[str] = (), reference: str | None = None,
+            malformed: int = 0) -> StudyData:
     """The rows of one study: every rated unit stream, its latest rating, with exclusions.
 
     `order` is the conditions' order (the study file's; else as the log first shows them),
-    `reference` the one others are compared with (else the first)."""
+    `reference` the one others are compared with (else the first); `malformed` the lines of
+    the logs that were not records (counted among what was left out). A rating's latest click
+    is the latest by its time, whatever the log it is in."""
     records = list(records)
     name = study_of(records, study)
     mine = [r for r in records if r.study_name == name]
     excluded: Counter[str] = Counter()
+    if malformed:
+        excluded["malformed lines in the log(s), not records"] = malformed
     streams: dict[str, StreamRecord] = {}
     for r in mine:
         if not isinstance(r, StreamRecord):
@@ -109,9 +129,10 @@ def collect(records: Iterable[Record], study: str | None = None,
             continue  # a participant's other calls (titles, model lists): not units
         streams[r.id] = r
     latest: dict[str, tuple[dict[str, float], bool | None]] = {}
-    for r in mine:
-        if not isinstance(r, Rating):
-            continue
+    ratings = [r for r in mine if isinstance(r, Rating)]
+    # by time across logs (a stable sort: ratings with no time keep their order, first)
+    ratings.sort(key=lambda r: (r.when is not None, r.when or _EPOCH))
+    for r in ratings:
         if r.stream not in streams:
             excluded["ratings of responses not in the log(s)"] += 1
             continue
@@ -138,13 +159,20 @@ def collect(records: Iterable[Record], study: str | None = None,
                           stream=stream_id))
     rated = {r.participant for r in rows}
     unrated = sorted({str(s.participant) for s in streams.values()} - rated)
+    unrated_units = sum(1 for stream_id in streams if stream_id not in latest)
     seen = list(dict.fromkeys([*order, *(str(s.condition) for s in streams.values())]))
     conditions = [c for c in seen if any(r.condition == c for r in rows)]
+    reference_from = "the study file's first condition" if order else \
+        "the first condition in the log(s); --study STUDY.yaml takes the study file's first"
+    if conditions and order and conditions[0] != order[0]:
+        reference_from = f"the study file's first rated condition ({order[0]} has no ratings)"
     if reference is not None:
+        reference_from = "--reference"
         if reference not in conditions:
             raise AnalysisError(f"--reference: no rated condition '{reference}' "
                                 f"(rated: {', '.join(conditions) or 'none'})")
         conditions = [reference, *(c for c in conditions if c != reference)]
     ordered = [s for s in ("speed", "quality") if s in scales] + \
         [s for s in scales if s not in ("speed", "quality")]
-    return StudyData(name, conditions, ordered, rows, list(streams.values()), excluded, unrated)
+    return StudyData(name, conditions, ordered, rows, list(streams.values()), excluded, unrated,
+                     unrated_units, reference_from)

@@ -20,6 +20,8 @@ TESTS = {"welch": "Welch's t test on per-participant means",
          "mixed-model": "the mixed model below, Satterthwaite df"}
 COMPANIONS = {"paired-t": "paired t", "wilcoxon": "Wilcoxon signed-rank, Hodges-Lehmann",
               "mann-whitney": "Mann-Whitney, Hodges-Lehmann shift", "welch": "Welch t"}
+SLOW_TESTS = {"mcnemar": "McNemar's exact test", "paired-t": "paired t on per-person shares",
+              "welch": "Welch's t on per-person shares"}
 COLORS = ("#2a6fdb", "#e4572e", "#17a398", "#8c5fbf", "#f2a541", "#4a4e69")
 
 
@@ -91,7 +93,7 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     lines = [f"study {data.study}: {len(data.participants)} participants, {len(data.rows)} rated "
              f"responses; design {analysis.design}"
              + (" with repeated units or positions" if analysis.design == "within" and data.repeated
-                else "") + f"; reference {data.conditions[0]}",
+                else "") + f"; reference {data.conditions[0]} ({data.reference_from})",
              ""]
     lines += [summary_line(analysis, c) for c in analysis.comparisons]
     lines += ["", "manipulation check (medians of the unit streams)",
@@ -100,12 +102,14 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     for m in analysis.manipulation:
         lines.append(f"  {m.condition:<14} {m.streams:>7} {_ms(m.target_ttft_ms):>12} "
                      f"{_ms(m.ttft_ms):>8} {_rate(m.target_tps):>13} {_rate(m.tps):>8}")
+    within = any(d.within_ci for d in analysis.described)
     lines += ["", "ratings (each participant's mean counts once)",
               f"  {'scale':<10} {'condition':<14} {'people':>6} {'ratings':>7} {'mean':>5} "
-              f"{'sd':>5}  95 % CI"]
+              f"{'sd':>5}  95 % CI" + ("    within-person 95 % CI" if within else "")]
     for d in analysis.described:
+        own = f"    {_num(d.within_ci[0])}-{_num(d.within_ci[1])}" if d.within_ci else ""
         lines.append(f"  {d.scale:<10} {d.condition:<14} {d.participants:>6} {d.ratings:>7} "
-                     f"{_num(d.mean):>5} {_num(d.sd):>5}  {_num(d.ci[0])}-{_num(d.ci[1])}")
+                     f"{_num(d.mean):>5} {_num(d.sd):>5}  {_num(d.ci[0])}-{_num(d.ci[1])}{own}")
     if analysis.omnibus:
         lines += ["", "do the conditions differ at all (before the pairs)"]
         lines += [f"  {o.scale}: F({o.df1:g}, {o.df2:.1f}) = {o.f:.2f}, {p_text(o.p)} ({o.test})"
@@ -124,14 +128,48 @@ def analysis_lines(analysis: Analysis) -> list[str]:
         if model.simplified:
             lines.append(f"  simpler than the design's maximal model ({model.maximal}): "
                          f"{model.simplified}")
+    lines += _secondary_lines(analysis)
     left = [f"  {n} {reason}" for reason, n in data.excluded.most_common()]
+    if data.unrated_units:
+        left.append(f"  {data.unrated_units} unit responses with no rating")
     if data.unrated:
         left.append(f"  {len(data.unrated)} participants with streams but no ratings: "
-                    f"{', '.join(data.unrated[:8])}{' ...' if len(data.unrated) > 8 else ''}")
+                    f"{_names(data.unrated)}")
+    if one := data.one_condition:
+        left.append(f"  {len(one)} participants rated one condition only (not in the paired "
+                    f"tests; in the mixed model): {_names(one)}")
     lines += ["", "left out" if left else "left out: nothing", *left]
     if analysis.notes:
         lines += ["", "notes", *(f"  {n}" for n in analysis.notes)]
+    if analysis.software:
+        lines += ["", "software: " + ", ".join(f"{k} {v}" for k, v in analysis.software.items())]
     return lines
+
+
+def _names(people: list[str]) -> str:
+    return f"{', '.join(people[:8])}{' ...' if len(people) > 8 else ''}"
+
+
+def _secondary_lines(analysis: Analysis) -> list[str]:
+    """The ordinal check and the "did it feel slow?" answers."""
+    lines: list[str] = []
+    if analysis.ordinal:
+        lines += ["", "ordinal check (proportional-odds logit, SEs clustered by participant): "
+                  "odds of a higher rating"]
+        lines += [f"  {o.scale}: {o.condition} against {o.reference}: x{o.odds_ratio:.2f} "
+                  f"[{o.ci[0]:.2f}, {o.ci[1]:.2f}], {p_text(o.p)}" for o in analysis.ordinal]
+    if analysis.slow_shares:
+        lines += ["", "called slow (the page's yes/no question): " + ", ".join(
+            f"{s.condition} {s.slow}/{s.answered} ({s.share:.0%})" for s in analysis.slow_shares)]
+        for c in analysis.slow_comparisons:
+            lines.append(f"  {c.condition} against {c.reference}: {c.measure} {_figure(c.estimate)} "
+                         f"[{_figure(c.ci[0])}, {_figure(c.ci[1])}], {p_text(c.p)} "
+                         f"({SLOW_TESTS[c.test]}, {c.participants} participants)")
+    return lines
+
+
+def _figure(x: float) -> str:
+    return "inf" if math.isinf(x) else f"{x:+.2f}" if x < 0 else f"{x:.2f}"
 
 
 def _ms(value: float | None) -> str:
@@ -169,14 +207,20 @@ def analysis_json(analysis: Analysis) -> dict[str, object]:
     figures: dict[str, object] = {
         "study": data.study, "design": analysis.design, "repeated": data.repeated,
         "participants": len(data.participants), "rated_responses": len(data.rows),
-        "conditions": data.conditions, "reference": data.conditions[0], "scales": data.scales,
+        "conditions": data.conditions, "reference": data.conditions[0],
+        "reference_from": data.reference_from, "scales": data.scales,
         "manipulation": [vars(m) for m in analysis.manipulation],
         "described": [{**vars(d), "ci": list(d.ci)} for d in analysis.described],
         "omnibus": [dataclasses.asdict(o) for o in analysis.omnibus],
         "comparisons": [_comparison_json(analysis, c) for c in analysis.comparisons],
         "models": [dataclasses.asdict(m) for m in analysis.models],
+        "ordinal": [dataclasses.asdict(o) for o in analysis.ordinal],
+        "slow": {"shares": [{**dataclasses.asdict(s), "share": s.share}
+                            for s in analysis.slow_shares],
+                 "comparisons": [dataclasses.asdict(c) for c in analysis.slow_comparisons]},
         "excluded": dict(data.excluded), "unrated_participants": data.unrated,
-        "notes": analysis.notes,
+        "unrated_units": data.unrated_units, "one_condition_participants": data.one_condition,
+        "notes": analysis.notes, "software": analysis.software,
     }
     return finite(figures)  # type: ignore[return-value]
 
@@ -204,9 +248,10 @@ def _plot(analysis: Analysis, scale: str) -> str:
             parts.append(f'<circle cx="{cx + jitter:.1f}" cy="{y(v):.1f}" r="2.6" fill="{color}" '
                          'fill-opacity="0.45"/>')
         d = described.get(c)
-        if d is not None and not math.isnan(d.ci[0]):
+        ci = (d.within_ci or d.ci) if d is not None else None
+        if d is not None and ci is not None and not math.isnan(ci[0]):
             parts.append(f'<line x1="{cx + step / 4:.1f}" x2="{cx + step / 4:.1f}" '
-                         f'y1="{y(d.ci[0]):.1f}" y2="{y(d.ci[1]):.1f}" stroke="#222" '
+                         f'y1="{y(ci[0]):.1f}" y2="{y(ci[1]):.1f}" stroke="#222" '
                          f'stroke-width="2"/><circle cx="{cx + step / 4:.1f}" cy="{y(d.mean):.1f}" '
                          'r="4.5" fill="#222"/>')
         parts.append(f'<text x="{cx:.1f}" y="{height - 12}" text-anchor="middle" font-size="12" '
@@ -229,8 +274,11 @@ def _participant_means(analysis: Analysis, scale: str) -> dict[str, list[float]]
 def analysis_section(analysis: Analysis) -> str:
     """The analysis as an HTML section (the page's body; the report embeds the same)."""
     lines = analysis_lines(analysis)
+    bar = ("the bar the condition's mean and its within-person 95 % interval (Cousineau-Morey:"
+           " people's own levels taken out, as the within-person test sees them)"
+           if analysis.design == "within" else "the bar the condition's mean and 95 % CI")
     plots = "".join(f'<figure><figcaption>{html.escape(s)}: each dot a participant\'s mean, '
-                    f"the bar the condition's mean and 95 % CI</figcaption>{_plot(analysis, s)}"
+                    f"{html.escape(bar)}</figcaption>{_plot(analysis, s)}"
                     "</figure>" for s in analysis.data.scales)
     summary = "".join(f"<li>{html.escape(summary_line(analysis, c))}</li>"
                       for c in analysis.comparisons)

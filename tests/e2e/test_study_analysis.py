@@ -186,7 +186,8 @@ def test_the_command_prints_writes_and_answers_json(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == ("study simulated: 16 participants, 64 rated responses; design within with "
-                        "repeated units or positions; reference fast")
+                        "repeated units or positions; reference fast (the first condition in "
+                        "the log(s); --study STUDY.yaml takes the study file's first)")
     assert lines[2].startswith("slow was rated ") and "16 participants" in lines[2]
     needed = next(i for i, x in enumerate(lines) if x.startswith(
         "participants needed for +0.5 points, slow against fast on speed (80 % power, p < 0.05): "))

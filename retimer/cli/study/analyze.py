@@ -58,13 +58,15 @@ def parser() -> OneLineParser:
 
 
 
-def _records(names: list[str]) -> list[Record]:
+def _records(names: list[str]) -> tuple[list[Record], int]:
+    """The logs' records, and how many of their lines were not records."""
     from retimer.records.reader import LogError, read_logs
 
     try:
-        return read_logs(names).records
+        log = read_logs(names)
     except LogError as e:
         fail(str(e))
+    return log.records, len(log.bad)
 
 
 def main(argv: list[str]) -> None:
@@ -89,7 +91,7 @@ def main(argv: list[str]) -> None:
         except StudyError as e:
             fail(str(e))
         order = design.names
-    records = _records(args.logs)
+    records, malformed = _records(args.logs)
     try:
         require_extras()
         stairs = thresholds(records, study_of(records, args.study_name),
@@ -97,7 +99,7 @@ def main(argv: list[str]) -> None:
         if stairs is not None:
             _staircase(args, stairs)
             return
-        data = collect(records, args.study_name, order, args.reference)
+        data = collect(records, args.study_name, order, args.reference, malformed)
         analysis = analyze(data)
         power = _power(analysis, args.power) if args.power is not None else None
     except AnalysisError as e:
