@@ -307,15 +307,14 @@ def analyze(data: StudyData) -> Analysis:
 
 def software() -> dict[str, str]:
     """The versions a methods section names."""
-    from importlib.metadata import PackageNotFoundError, version
+    import numpy
+    import scipy
+    import statsmodels
 
-    out = {}
-    for name in ("retimer", "numpy", "scipy", "statsmodels"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "unknown"
-    return out
+    from retimer import __version__
+
+    return {"retimer": __version__, "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "statsmodels": statsmodels.__version__}
 
 
 def _left_out(data: StudyData) -> str:
