@@ -102,7 +102,8 @@ def simulate_staircase(settings: StaircaseSettings, thresholds: Sequence[float],
             slow = bool(rng.random() < feels_slow(settings.vary, stimulus, threshold, spread))
             answered.append((level, slow))
             stream = f"{person}-{unit}"
-            tags = StudyTags(study, person, level_name(settings.vary, value), unit, level=value)
+            tags = StudyTags(study, person, level_name(settings.vary, value), unit, level=value,
+                             staircase=settings.describe())  # as the proxy writes it
             records.append(StreamRecord(
                 id=stream, study=tags, outcome="complete", upstream_bound=False,
                 target=Target(ttft_ms=value) if key == "ttft_ms" else Target(tps=value),

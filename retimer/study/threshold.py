@@ -8,14 +8,17 @@ or rate of the unit's first stream (`emitted`), else its level. A unit the upstr
 
 Per participant, a logistic psychometric function of the log stimulus, slow ~ log(x), fitted by
 maximum likelihood (statsmodels' binomial GLM); the threshold is where it crosses the share of
-"slow" the rule converges on (50 % for 1-down/1-up), with a 95 % interval by the delta method on
-the log scale, never narrower than half a level's step either side (the grid's resolution).
+"slow" the rule converges on (50 % for 1-down/1-up), with a 95 % interval by a parametric
+bootstrap (retimer.study.psychometric), never narrower than half a level's step either side
+(the grid's resolution).
 When the answers separate (every "slow" at a slower stimulus than every "not slow"), the slope
 has no bound: the threshold is the middle of the gap, its interval the gap and half a step more
 either side. When that cannot be fitted (the answers do not overlap, or the slope has the
 wrong sign), the geometric mean of the levels at the walk's reversals stands in (Levitt's
-estimate), and the line says so. The group's threshold is the geometric mean of the
-participants' with a t interval of their logs: each person counts once, however many units.
+estimate), and the line says so. A participant who called every level slow, or none, is
+censored: their threshold lies beyond the levels. The group's threshold is the median of the
+participants' (the censored ones at the range's ends), with its order-statistic interval: each
+person counts once, however many units, and nobody is dropped for being beyond the levels.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from retimer.records.parse import number
 from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.analysis_data import AnalysisError
+from retimer.study.psychometric import bootstrap_interval, group_median
 from retimer.study.staircase import Answer, StaircaseSettings, parse_description
 
 __all__ = ["Fitted", "Thresholds", "Trial", "collect_trials", "fit_thresholds", "staircase_of",
@@ -62,6 +66,7 @@ class Fitted:
     method: str  # psychometric fit | reversals | none
     reversals: int
     note: str = ""
+    censored: str = ""  # "faster": every level was slow; "slower": none was; "" otherwise
 
 
 @dataclass
@@ -71,8 +76,8 @@ class Thresholds:
     unit: str  # ms | tok/s
     target: float  # the share of "slow" the threshold is read at
     people: list[Fitted]
-    group: float | None
-    group_ci: tuple[float, float] | None
+    group: float | None  # the median threshold (None: beyond the levels, or none estimable)
+    group_ci: tuple[float, float] | None  # an end beyond the levels is 0 or inf
     excluded: Counter[str] = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
@@ -80,6 +85,15 @@ class Thresholds:
     @property
     def estimated(self) -> list[Fitted]:
         return [p for p in self.people if p.threshold is not None]
+
+    @property
+    def censored(self) -> list[Fitted]:
+        return [p for p in self.people if p.censored]
+
+    @property
+    def counted(self) -> int:
+        """The participants in the group's median: estimated or beyond the levels."""
+        return len(self.estimated) + len(self.censored)
 
 
 def _vary_of(name: str) -> str | None:
@@ -181,7 +195,7 @@ def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str
         edge = "the fastest" if all(answers) else "the slowest"
         return Fitted(participant, len(trials), share, None, None, None, "none", len(reversals),
                       f"every answer was {'slow' if all(answers) else 'not slow'}: the threshold "
-                      f"is beyond {edge} level")
+                      f"is beyond {edge} level", "faster" if all(answers) else "slower")
     x = np.log(np.array([t.stimulus for t in trials]))
     y = np.array(answers, dtype=float)
     distinct = sorted({math.log(t.level) for t in trials})
@@ -191,7 +205,8 @@ def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str
     fine = max(sign * v for v, slow in zip(x, answers) if not slow)
     felt = min(sign * v for v, slow in zip(x, answers) if slow)
     if fine <= felt:  # every "slow" slower than every "not slow": the slope has no bound
-        mid, lo, hi = sorted((sign * (fine + felt) / 2, sign * (fine - half), sign * (felt + half)))
+        mid = sign * (fine + felt) / 2
+        lo, hi = sorted((sign * (fine - half), sign * (felt + half)))
         return Fitted(participant, len(trials), share, math.exp(mid), (math.exp(lo), math.exp(hi)),
                       None, "psychometric fit", len(reversals),
                       "the answers separate: the threshold is between the levels where they turn")
@@ -200,22 +215,20 @@ def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str
         try:
             result = sm.GLM(y, sm.add_constant(x), family=sm.families.Binomial()).fit()
             b0, b1 = (float(v) for v in result.params)
-            cov = np.asarray(result.cov_params(), dtype=float)
         except Exception:  # noqa: BLE001  # statsmodels raises several kinds on separation
             return by_reversals("the answers do not overlap between levels: reversal estimate")
     if not all(map(math.isfinite, (b0, b1))) or b1 * sign <= 0:
         return by_reversals("no psychometric slope in the answers: reversal estimate")
     logit = math.log(target / (1 - target))
     log_t = (logit - b0) / b1
-    grad = np.array([-1.0 / b1, -(logit - b0) / b1**2])
-    se = float(math.sqrt(max(float(grad @ cov @ grad), 0.0)))
     low, high = min(x), max(x)
     if not low - 0.5 <= log_t <= high + 0.5:
         return by_reversals("the fitted threshold lies outside the levels given: reversal estimate")
-    # answers that flip within one level give a steep slope and a tight delta interval that the
+    seed = sum(ord(ch) * 31 ** i for i, ch in enumerate(participant)) % 2**32  # reproducible
+    boot = bootstrap_interval([t.stimulus for t in trials], b0, b1, target, sign, seed)
+    # answers that flip within one level give a steep slope and a tight interval that the
     # grid cannot resolve: the interval is at least half a level's step either side
-    width = max(1.96 * se, half) if math.isfinite(se) else half
-    ci = (math.exp(log_t - width), math.exp(log_t + width)) if width > 0 else None
+    ci = (min(boot[0], math.exp(log_t - half)), max(boot[1], math.exp(log_t + half)))
     return Fitted(participant, len(trials), share, math.exp(log_t), ci, b1,
                   "psychometric fit", len(reversals))
 
@@ -223,8 +236,6 @@ def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str
 def fit_thresholds(study: str, vary: str, trials: Sequence[Trial], target: float,
                    excluded: Counter[str] | None = None) -> Thresholds:
     """Each participant's threshold at `target` (the rule's share of "slow"), and the group's."""
-    import scipy.stats
-
     if not trials:
         left = "; ".join(f"{n} {reason}" for reason, n in sorted((excluded or Counter()).items()))
         raise AnalysisError(f"study '{study}': no answered staircase units to fit"
@@ -234,18 +245,26 @@ def fit_thresholds(study: str, vary: str, trials: Sequence[Trial], target: float
         by_person[t.participant].append(t)
     people = [_fit_one(p, sorted(ts, key=lambda t: t.unit), target, vary)
               for p, ts in sorted(by_person.items())]
-    logs = [math.log(p.threshold) for p in people if p.threshold is not None]
+    sign = 1.0 if vary == "ttft" else -1.0  # slower is a longer TTFT, a lower rate
+    axis = [sign * math.log(p.threshold) if p.threshold is not None else
+            (-math.inf if p.censored == "faster" else math.inf)
+            for p in people if p.threshold is not None or p.censored]
     group, group_ci = None, None
     notes: list[str] = []
-    if logs:
-        group = math.exp(statistics.fmean(logs))
-        if len(logs) >= 2:
-            mean, sd = statistics.fmean(logs), statistics.stdev(logs)
-            half = float(scipy.stats.t.ppf(0.975, len(logs) - 1)) * sd / math.sqrt(len(logs))
-            group_ci = (math.exp(mean - half), math.exp(mean + half))
+    if axis:
+        middle, interval = group_median(axis)
+        if math.isfinite(middle):
+            group = math.exp(sign * middle)
         else:
-            notes.append("one participant's threshold: no group interval")
-    missing = [p.participant for p in people if p.threshold is None]
+            notes.append("half the participants or more are beyond the levels: the group's "
+                         "threshold is too (widen the levels)")
+        if interval is not None:
+            ends = sorted(math.exp(sign * e) if math.isfinite(e) else
+                          (math.inf if sign * e > 0 else 0.0) for e in interval)
+            group_ci = (ends[0], ends[1])
+        else:
+            notes.append(f"{len(axis)} participants: too few for a group interval (6 or more)")
+    missing = [p.participant for p in people if p.threshold is None and not p.censored]
     if missing:
         notes.append(f"no threshold for {len(missing)} participant(s): {', '.join(missing[:8])}"
                      + (" ..." if len(missing) > 8 else ""))

@@ -27,19 +27,41 @@ def _what(t: Thresholds) -> str:
     return "a TTFT of" if t.vary == "ttft" else "a rate of"
 
 
+def _end(value: float, t: Thresholds) -> str:
+    if value == 0 or math.isinf(value):
+        fastest = (value == 0) == (t.vary == "ttft")
+        return f"beyond the {'fastest' if fastest else 'slowest'} level"
+    return _v(value)
+
+
+def _beyond(t: Thresholds) -> str:
+    faster = sum(1 for p in t.censored if p.censored == "faster")
+    slower = len(t.censored) - faster
+    parts = ([f"{faster} called every level slow"] if faster else []) + \
+        ([f"{slower} called no level slow"] if slower else [])
+    return f"; {' and '.join(parts)}: counted at the range's ends" if parts else ""
+
+
 def threshold_summary(t: Thresholds) -> str:
     """"threshold: a TTFT of 640 ms was called slow 50 % of the time (95 % CI 480-850 ms, the
-    geometric mean of 6 participants' thresholds)"."""
+    median of 12 participants' thresholds; 4 called no level slow: counted at the range's
+    ends)"."""
     bound = sum(n for reason, n in t.excluded.items() if "upstream" in reason)
     tail = f", {bound} unit{'s' if bound != 1 else ''} excluded as upstream-bound" if bound else ""
-    n = len(t.estimated)
+    n = t.counted
     if t.group is None:
-        return f"no threshold could be estimated ({len(t.people)} participants{tail})"
-    interval = (f"95 % CI {_v(t.group_ci[0])}-{_v(t.group_ci[1])} {t.unit}" if t.group_ci
-                else "no interval")
+        why = " (half or more are beyond the levels" + _beyond(t)[1:] + ")" if t.censored else ""
+        return f"no group threshold could be estimated ({len(t.people)} participants{why}{tail})"
+    if t.group_ci:
+        low, high = (_end(v, t) for v in t.group_ci)
+        unit = "" if "beyond" in high else f" {t.unit}"
+        interval = f"95 % CI {low}-{high}{unit}" if "beyond" not in low else \
+            f"95 % CI from {low} to {high}{unit}"
+    else:
+        interval = "no interval"
     return (f"threshold: {_what(t)} {_v(t.group)} {t.unit} was called slow {t.target:.0%} of the "
-            f"time ({interval}, the geometric mean of {n} participant{'s' if n != 1 else ''}' "
-            f"thresholds{tail})")
+            f"time ({interval}, the median of {n} participant{'s' if n != 1 else ''}' "
+            f"thresholds{_beyond(t)}{tail})")
 
 
 def threshold_lines(t: Thresholds) -> list[str]:
@@ -66,21 +88,26 @@ def threshold_lines(t: Thresholds) -> list[str]:
 def _fitted_json(p: Fitted) -> dict[str, object]:
     return {"participant": p.participant, "answers": p.trials, "slow_share": p.slow_share,
             "threshold": p.threshold, "ci": list(p.ci) if p.ci else None, "slope": p.slope,
-            "method": p.method, "reversals": p.reversals, "note": p.note}
+            "method": p.method, "reversals": p.reversals, "note": p.note,
+            "censored": p.censored or None}
 
 
 def threshold_json(t: Thresholds) -> dict[str, object]:
     return {"study": t.study, "design": "staircase", "vary": t.vary, "unit": t.unit,
             "target": t.target, "summary": threshold_summary(t),
-            "group": {"threshold": t.group, "ci": list(t.group_ci) if t.group_ci else None,
-                      "participants": len(t.estimated)},
+            "group": {"threshold": t.group, "estimate": "median",
+                      "ci": [None if v == 0 or math.isinf(v) else v for v in t.group_ci]
+                      if t.group_ci else None,
+                      "participants": t.counted, "estimated": len(t.estimated),
+                      "beyond_fastest": sum(1 for p in t.censored if p.censored == "faster"),
+                      "beyond_slowest": sum(1 for p in t.censored if p.censored == "slower")},
             "participants": [_fitted_json(p) for p in t.people],
             "excluded": dict(t.excluded), "notes": t.notes}
 
 
 def _scale(t: Thresholds) -> tuple[float, float]:
     values = [x.level for x in t.trials] + [p.threshold for p in t.estimated if p.threshold] + \
-        [v for p in t.people if p.ci for v in p.ci] + list(t.group_ci or ())
+        [v for p in t.people if p.ci for v in p.ci] + [v for v in t.group_ci or () if 0 < v < math.inf]
     return math.log(min(values)) - 0.1, math.log(max(values)) + 0.1
 
 
@@ -137,7 +164,8 @@ def _estimates(t: Thresholds) -> str:
         cy = top + row * (i + 0.5)
         parts.append(f'<text x="{left - 8}" y="{cy + 4:.1f}" text-anchor="end" font-size="11" '
                      f'fill="#222">{html.escape(label[:14])}</text>')
-        if ci is not None:
+        if ci is not None:  # an end beyond the levels (0 or inf) reaches the plot's edge
+            ci = (max(ci[0], math.exp(low)), min(ci[1], math.exp(high)))
             parts.append(f'<line x1="{x(ci[0]):.1f}" x2="{x(ci[1]):.1f}" y1="{cy:.1f}" y2="{cy:.1f}" '
                          f'stroke="{color}" stroke-width="2"/>')
         if value is not None:

@@ -9,6 +9,7 @@ import json
 import math
 import random
 import re
+import statistics
 import threading
 import time
 from collections import Counter
@@ -33,6 +34,7 @@ from retimer.study.staircase import (
     position_after,
 )
 from retimer.study.threshold import collect_trials, fit_thresholds, thresholds
+from retimer.study.threshold_view import threshold_json, threshold_summary
 from tests.support.paths import ROOT
 from tests.support.proxy import run_cli
 from tests.support.records import jsonl, typed
@@ -263,9 +265,55 @@ def test_answers_that_never_change_give_no_threshold_and_say_why() -> None:
     assert result is not None
     p1, p2 = result.people
     assert p1.threshold is None and "beyond the slowest level" in p1.note
-    assert p2.threshold is not None and result.group == pytest.approx(p2.threshold)
-    assert any("no threshold for 1 participant(s): P1" in n for n in result.notes)
+    assert p1.censored == "slower" and not p2.censored  # P1 counts, beyond the levels
+    assert p2.threshold is not None and p2.ci is not None
+    assert p2.ci[0] < p2.threshold < p2.ci[1]  # the estimate inside its own interval
+    # one of two beyond the levels: the median is there too, and nobody is "missing"
+    assert result.group is None and result.counted == 2
+    assert any("half the participants or more are beyond the levels" in n for n in result.notes)
+    assert not any("no threshold for" in n for n in result.notes)
     assert thresholds(typed([{"study": "t", "type": "stream", "id": "a"}]), "t") is None  # not a staircase
+
+
+def test_participants_beyond_the_levels_count_in_the_headline_and_json() -> None:
+    """Issue 39's case: 4 of 12 never call a level slow. They are counted at the top of the
+    range in a median, not dropped (which pulled the geometric mean of the other 8 low); the
+    headline and the JSON say how many; the simulator writes the rule, so the records alone
+    name the staircase."""
+    truth = [300.0, 350.0, 420.0, 500.0, 560.0, 640.0, 720.0, 800.0] + [1e6] * 4
+    records = simulate_staircase(stairs(), truth, 24, 11, spread=0.08)
+    result = thresholds(records, "simulated-staircase")  # no settings: the records' own rule
+    assert result is not None and result.counted == 12 and len(result.estimated) == 8
+    assert [p.censored for p in result.people].count("slower") == 4
+    dropped = math.exp(statistics.fmean(math.log(p.threshold) for p in result.estimated
+                                        if p.threshold))
+    assert result.group is not None and result.group > dropped * 1.15
+    assert result.group_ci is not None and result.group_ci[1] == math.inf  # reaches the top
+    line = threshold_summary(result)
+    assert "the median of 12 participants' thresholds; 4 called no level slow: counted at the " \
+        "range's ends" in line and "beyond the slowest level" in line
+    group = threshold_json(result)["group"]
+    assert isinstance(group, dict)
+    assert (group["participants"], group["estimated"], group["beyond_slowest"]) == (12, 8, 4)
+    assert group["ci"][1] is None  # JSON has no infinity: beyond the levels is null
+
+
+def test_a_shallow_observers_interval_covers_their_threshold() -> None:
+    """The delta method covered 78-84 % for shallow psychometric functions; the parametric
+    bootstrap's interval holds the true threshold in about 95 % of 150 (seeded) participants."""
+    s = parse_staircase({"vary": "ttft", "levels": {"from": "50ms", "to": "6.4s", "count": 22}},
+                        ["speed"], {})
+    truth = [300.0, 450.0, 600.0, 800.0, 1000.0]
+    covered = total = 0
+    for seed in range(30):
+        records = simulate_staircase(s, truth, 30, 700 + seed, spread=0.35)
+        result = thresholds(records, "simulated-staircase")
+        assert result is not None
+        for p, t in zip(result.people, truth):
+            if p.ci is not None and p.method == "psychometric fit":
+                total += 1
+                covered += p.ci[0] <= t <= p.ci[1]
+    assert total >= 120 and 0.9 <= covered / total <= 0.995, (covered, total)
 
 
 def test_a_staircase_log_without_answers_is_one_line(tmp_path: Path) -> None:
