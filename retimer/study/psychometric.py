@@ -30,7 +30,7 @@ REPLICATES = 400
 Array = NDArray[np.float64]
 
 
-def _log_thresholds(x: Array, answers: Array, logit: float, sign: float) -> Array:
+def _log_thresholds(x: Array, answers: NDArray[np.bool_], logit: float, sign: float) -> Array:
     """Each replicate's (rows of `answers`) log threshold: -inf or +inf on the slowness axis
     (sign * log x) when it is beyond the stimuli (every answer slow, or none), the middle of the
     gap when the answers separate, else the logistic fit's (Newton's method)."""
