@@ -139,7 +139,57 @@ def calibrate(design: Design, sims: int, pool: Pool) -> Calibration:  # type: ig
         sum(p < 0.05 for p, *_ in alt) / sims, time.perf_counter() - started)
 
 
-def _table(results: list[Calibration], sims: int, seconds: float) -> str:
+@dataclass(frozen=True)
+class StaircaseCalibration:
+    design: str
+    sims: int
+    person_coverage: float  # of each participant's own threshold by their interval
+    people: int
+    group_coverage: float  # of the population's median threshold by the group's interval
+    censored: float  # the share of participants beyond the levels
+
+
+STAIRCASE_MEDIAN = 600.0  # ms: the population's median threshold (log-normal, SD 0.5 in log)
+
+
+def _one_staircase(args: tuple[float, int, int]) -> tuple[int, int, bool, int, int]:
+    """One simulated staircase study: (people covered, people with an interval, group
+    covered, censored, participants)."""
+    import numpy as np
+
+    from retimer.study.simulate import simulate_staircase
+    from retimer.study.staircase import parse_staircase
+    from retimer.study.threshold import thresholds
+
+    spread, participants, seed = args
+    settings = parse_staircase({"vary": "ttft", "levels": {"from": "100ms", "to": "3.2s",
+                                                           "count": 16}}, ["speed"], {})
+    rng = np.random.default_rng(seed)
+    truth = list(STAIRCASE_MEDIAN * np.exp(rng.normal(0.0, 0.5, participants)))
+    result = thresholds(simulate_staircase(settings, truth, 30, seed, spread=spread),
+                        "simulated-staircase")
+    assert result is not None
+    truth_of = {f"P{k + 1}": t for k, t in enumerate(truth)}  # people are sorted by name
+    fitted = [(p, truth_of[p.participant]) for p in result.people if p.ci is not None]
+    covered = sum(p.ci[0] <= t <= p.ci[1] for p, t in fitted if p.ci is not None)
+    ci = result.group_ci
+    group = ci is not None and ci[0] <= STAIRCASE_MEDIAN <= ci[1]
+    return covered, len(fitted), group, len(result.censored), participants
+
+
+def calibrate_staircase(spread: float, participants: int, sims: int,
+                        pool: Pool) -> StaircaseCalibration:  # type: ignore[valid-type]
+    runs = pool.map(_one_staircase, [(spread, participants, 900_000 + s) for s in range(sims)],
+                    chunksize=10)
+    people = sum(r[1] for r in runs)
+    return StaircaseCalibration(
+        f"staircase {participants} people, 30 units, spread {spread:g}", sims,
+        sum(r[0] for r in runs) / people, people, sum(r[2] for r in runs) / sims,
+        sum(r[3] for r in runs) / sum(r[4] for r in runs))
+
+
+def _table(results: list[Calibration], sims: int, seconds: float,
+           stairs: list[StaircaseCalibration] | None = None) -> str:
     lines = [f"# Calibration of `retimer study analyze` ({datetime.now(UTC):%Y-%m-%d})", "",
              "Written by `python -m bench.study_calibration` (bench/study_calibration.py): "
              f"{sims} simulated null studies and {sims} with an effect per design, "
@@ -156,6 +206,14 @@ def _table(results: list[Calibration], sims: int, seconds: float) -> str:
         omni = "-" if r.omnibus_type_i is None else f"{r.omnibus_type_i:.1%}"
         lines.append(f"| {r.design} | {r.test} | {r.type_i:.1%} | {omni} | {r.coverage:.1%} | "
                      f"{r.power:.0%} | {'yes' if r.within_bounds else '**no**'} |")
+    if stairs:
+        lines += ["", "Staircases (1-down/1-up on TTFT, 16 levels 100 ms-3.2 s; thresholds drawn "
+                  f"log-normal around {STAIRCASE_MEDIAN:g} ms, SD 0.5 in log; `spread` is the "
+                  "psychometric function's scale in log units: 0.35 shallow, 0.08 steep):", "",
+                  "| design | studies | participants' intervals | covered | group interval "
+                  "covers the median | beyond the levels |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.design} | {r.sims} | {r.people} | {r.person_coverage:.1%} | "
+                  f"{r.group_coverage:.1%} | {r.censored:.1%} |" for r in stairs]
     return "\n".join(lines) + "\n"
 
 
@@ -169,14 +227,20 @@ def main() -> None:
     args = ap.parse_args()
     chosen = [d for d in designs() if args.only in d.name]
     started = time.perf_counter()
-    results = []
+    results, stairs = [], []
     with Pool(args.jobs) as pool:
         for design in chosen:
             r = calibrate(design, args.sims, pool)
             results.append(r)
             print(f"{r.design:<48} {r.test:<12} type I {r.type_i:6.1%} coverage {r.coverage:6.1%} "
                   f"power {r.power:4.0%}  {r.seconds:5.0f} s", flush=True)
-    table = _table(results, args.sims, time.perf_counter() - started)
+        if not args.only or "staircase" in args.only:
+            for spread in (0.35, 0.08):
+                st = calibrate_staircase(spread, 12, max(50, args.sims // 8), pool)
+                stairs.append(st)
+                print(f"{st.design:<48} people {st.person_coverage:6.1%} group "
+                      f"{st.group_coverage:6.1%} beyond {st.censored:5.1%}", flush=True)
+    table = _table(results, args.sims, time.perf_counter() - started, stairs)
     print(table)
     if args.out:
         Path(args.out).write_text(table)
