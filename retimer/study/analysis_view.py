@@ -131,13 +131,14 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     lines += _secondary_lines(analysis)
     left = [f"  {n} {reason}" for reason, n in data.excluded.most_common()]
     if data.unrated_units:
-        left.append(f"  {data.unrated_units} unit responses with no rating")
+        left.append(f"  {data.unrated_units} unit response{'s' if data.unrated_units != 1 else ''}"
+                    " with no rating")
     if data.unrated:
         left.append(f"  {len(data.unrated)} participants with streams but no ratings: "
                     f"{_names(data.unrated)}")
     if one := data.one_condition:
-        left.append(f"  {len(one)} participants rated one condition only (not in the paired "
-                    f"tests; in the mixed model): {_names(one)}")
+        left.append(f"  {len(one)} participant{'s' if len(one) != 1 else ''} rated one "
+                    f"condition only (not in the paired tests; in the mixed model): {_names(one)}")
     lines += ["", "left out" if left else "left out: nothing", *left]
     if analysis.notes:
         lines += ["", "notes", *(f"  {n}" for n in analysis.notes)]

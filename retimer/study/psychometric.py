@@ -30,7 +30,8 @@ REPLICATES = 400
 Array = NDArray[np.float64]
 
 
-def _log_thresholds(x: Array, answers: NDArray[np.bool_], logit: float, sign: float) -> Array:
+def _log_thresholds(x: Array, answers: NDArray[np.bool_], logit: float, sign: float,
+                    start: tuple[float, float] = (0.0, 0.0)) -> Array:
     """Each replicate's (rows of `answers`) log threshold: -inf or +inf on the slowness axis
     (sign * log x) when it is beyond the stimuli (every answer slow, or none), the middle of the
     gap when the answers separate, else the logistic fit's (Newton's method)."""
@@ -47,21 +48,23 @@ def _log_thresholds(x: Array, answers: NDArray[np.bool_], logit: float, sign: fl
     todo = np.flatnonzero(np.isnan(out))
     if todo.size:
         y = answers[todo].astype(float)
-        beta = np.zeros((todo.size, 2))
-        design = np.c_[np.ones_like(s), s]
-        for _ in range(50):
-            eta = beta @ design.T
+        centre = float(s.mean())  # centred: the intercept stays near 0 whatever the units
+        beta = np.tile(np.asarray(start, dtype=float), (todo.size, 1))
+        design = np.c_[np.ones_like(s), s - centre]
+        for _ in range(60):
+            eta = np.clip(beta @ design.T, -30, 30)
             p = 1 / (1 + np.exp(-eta))
             w = p * (1 - p)
             grad = (y - p) @ design
             hess = np.einsum("rn,ni,nj->rij", w, design, design) + 1e-9 * np.eye(2)
             step = np.linalg.solve(hess, grad[:, :, None])[:, :, 0]
-            beta += np.clip(step, -5, 5)
+            step *= np.minimum(1.0, 20.0 / np.maximum(np.abs(step).max(axis=1), 1e-12))[:, None]
+            beta += step
             if np.abs(step).max() < 1e-8:
                 break
         b0, b1 = beta[:, 0], beta[:, 1]
         with np.errstate(divide="ignore", invalid="ignore"):
-            found = (logit - b0) / b1
+            found = centre + (logit - b0) / b1
         low, high = s.min(), s.max()
         # a flat or reversed function says nothing of where the threshold is: the range's ends
         found = np.where(b1 > 0, found, np.where(y.mean(axis=1) >= 0.5, -np.inf, np.inf))
@@ -79,7 +82,11 @@ def bootstrap_interval(stimuli: Sequence[float], b0: float, b1: float, target: f
     p = 1 / (1 + np.exp(-(b0 + b1 * x)))
     answers = rng.random((replicates, len(x))) < p
     logit = math.log(target / (1 - target))
-    found = np.sort(_log_thresholds(x, answers, logit, sign))
+    # the fitted function on the slowness axis, centred as _log_thresholds fits it
+    s = sign * x
+    slope = b1 * sign
+    start = (b0 + slope * float(s.mean()), slope)
+    found = np.sort(_log_thresholds(x, answers, logit, sign, start))
     low, high = np.quantile(found, [0.025, 0.975], method="inverted_cdf")
     ends = sign * np.array([low, high])  # back from the slowness axis to log x
     ends = np.clip(ends, x.min() - 10, x.max() + 10)
@@ -105,3 +112,4 @@ def group_median(values: Sequence[float]) -> tuple[float, tuple[float, float] | 
     if k < 0:
         return median, None
     return median, (float(v[k]), float(v[n - k - 1]))
+

@@ -54,9 +54,11 @@ def threshold_summary(t: Thresholds) -> str:
         return f"no group threshold could be estimated ({len(t.people)} participants{why}{tail})"
     if t.group_ci:
         low, high = (_end(v, t) for v in t.group_ci)
-        unit = "" if "beyond" in high else f" {t.unit}"
-        interval = f"95 % CI {low}-{high}{unit}" if "beyond" not in low else \
-            f"95 % CI from {low} to {high}{unit}"
+        if "beyond" in low or "beyond" in high:
+            ends = [e if "beyond" in e else f"{e} {t.unit}" for e in (low, high)]
+            interval = f"95 % CI from {ends[0]} to {ends[1]}"
+        else:
+            interval = f"95 % CI {low}-{high} {t.unit}"
     else:
         interval = "no interval"
     return (f"threshold: {_what(t)} {_v(t.group)} {t.unit} was called slow {t.target:.0%} of the "

