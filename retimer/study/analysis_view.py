@@ -90,7 +90,9 @@ def _test_lines(c: Comparison) -> list[str]:
 
 def analysis_lines(analysis: Analysis) -> list[str]:
     data = analysis.data
-    lines = [f"study {data.study}: {len(data.participants)} participants, {len(data.rows)} rated "
+    people = len(data.participants)
+    lines = [f"study {data.study}: {people} participant{'s' if people != 1 else ''}, "
+             f"{len(data.rows)} rated "
              f"responses; design {analysis.design}"
              + (" with repeated units or positions" if analysis.design == "within" and data.repeated
                 else "") + f"; reference {data.conditions[0]} ({data.reference_from})",

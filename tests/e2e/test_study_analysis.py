@@ -209,6 +209,29 @@ def test_the_command_prints_writes_and_answers_json(tmp_path: Path) -> None:
                                       "pip install 'retimer[analysis]' (scipy and statsmodels)")
 
 
+@pytest.mark.parametrize("design, people, units, note", [
+    ("latin-square", 1, 4, "speed: a mixed model needs at least 3 participants"),
+    ("within", 1, 1, "speed: fewer than 2 participants rated both slow and fast"),
+    ("between", 3, 1, "speed: slow or fast has fewer than 2 participants"),
+])
+def test_too_few_people_is_said_not_a_number(design: str, people: int, units: int,
+                                            note: str) -> None:
+    analysis = analyze(collect(simulate_records(design, ["fast", "slow"], people, units,
+                                                [0.0, -1.0], seed=1)))
+    assert analysis.comparisons == [] and analysis.notes == [note]
+
+
+def test_malformed_lines_are_counted(tmp_path: Path) -> None:
+    log = tmp_path / "study.jsonl"
+    log.write_text(jsonl(simulate_records("within", ["fast", "slow"], 6, 1, [0.0, -1.0], seed=1))
+                   + "{not json\n[1, 2]\n")
+    done = run_cli("study", "analyze", str(log), "--json")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["excluded"] == {"malformed lines in the log(s), not records": 2}
+    assert figures["comparisons"][0]["test"] == "paired"
+
+
 def test_degenerate_ratings_are_said_not_crashed() -> None:
     records = simulate_records("latin-square", ["a", "b"], 8, 2, [0.0, 0.0], seed=1)
     records = [dataclasses.replace(r, scores={"speed": 3 + int(r.unit or 0), "quality": 6})
