@@ -244,7 +244,14 @@ def test_codex_websocket_and_sse_take_the_same_time(fake_api: FakeAPI, agent_pro
     # `retimer whatif` times the WebSocket session turn by turn, as the same session over SSE
     # (before: its turns ran into each other, and their prompts were unknown)
     over_ws, over_sse = whatif_waits(ws.records, tmp_path / "ws"), whatif_waits(sse.records, tmp_path / "sse")
-    assert over_ws == pytest.approx(over_sse, rel=0.05), (over_ws, over_sse)
+    # the WebSocket session's prewarm (no token: not timed by a profile) keeps its recorded
+    # wait under every profile, as it should; the SSE session has none. Under load it took
+    # 80 ms, 5.6 % of the cerebras total: the comparison is of the rest.
+    prewarm = sum(r["emitted"]["duration_ms"] for r in ws.records
+                  if not r["emitted"]["tokens"]) / 1000
+    assert prewarm < 0.5
+    assert {p: round(w - prewarm, 3) for p, w in over_ws.items()} == pytest.approx(
+        over_sse, rel=0.05), (over_ws, over_sse, prewarm)
     if benchmarking():
         for name in ("codex-ws", "codex-sse"):
             grew, predicted = growth(runs[name, False], runs[name, True])
