@@ -93,7 +93,7 @@ def _one(args: tuple[Design, int, bool]) -> tuple[float, float, float, float | N
     units = design.units * design.conditions if design.kind == "latin-square" else 1
     records = simulate_records(design.kind, names, design.participants, units,
                                _effects(design, alternative), seed, slope_sd=design.slope_sd)
-    result = analyze(collect(records))
+    result = analyze(collect(records), checks=False)
     first = next(c for c in result.comparisons if c.reference == "fast" and c.condition == "slow")
     omnibus = result.omnibus[0].p if result.omnibus else None
     return first.p, first.ci[0], first.ci[1], omnibus

@@ -133,33 +133,47 @@ class _Criterion:
         dof = self.sums.n - self.sums.p
         return logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
 
-    def profiled_and_gradient(self, theta: Array) -> tuple[float, Array]:
-        """The profiled criterion and its exact gradient: d/dtheta_k = tr(P dH) - (n - p)
-        y'P dH P y / r^2, with dH = Z (E_k Lambda' + Lambda E_k') Z' and P the REML
-        projection; only P's diagonal blocks enter, each from the group's sums."""
+    def _gradient_parts(self, theta: Array) -> tuple[float, float, Array, Array, Array]:
+        """(log|H| + log|X'H^-1 X|, r^2, tr-term matrix, y'P..P y matrix, Lambda) at theta: the
+        derivative of either criterion in theta_k is 2 [(A - B / s2) Lambda] at k's place, A
+        the sum of Z_g' P_gg Z_g (P the REML projection: only its diagonal blocks enter), B the
+        outer product of Z'P y, s2 the residual variance (sigma^2, or r^2 / (n - p) profiled)."""
         s = self.sums
         lam = self.lam(theta)
-        try:
-            logdet, xhx, xhy, yhy, t = s.parts(lam)
-            sign, logdet_x = np.linalg.slogdet(xhx)
-            if sign <= 0:
-                raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
-            c = np.linalg.inv(xhx)
-        except np.linalg.LinAlgError:
-            return math.inf, np.zeros_like(theta)
+        logdet, xhx, xhy, yhy, t = s.parts(lam)
+        sign, logdet_x = np.linalg.slogdet(xhx)
+        if sign <= 0:
+            raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
+        c = np.linalg.inv(xhx)
         beta = c @ xhy
         rss = max(yhy - float(beta @ xhy), 1e-300)
-        dof = s.n - s.p
-        value = logdet + float(logdet_x) + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
         ztz_t = s.ztz @ t
         zhz = s.ztz - ztz_t @ s.ztz
         zhx = s.ztx - ztz_t @ s.ztx
         zhy = s.zty - np.einsum("gqr,gr->gq", ztz_t, s.zty)
         proj = zhz.sum(axis=0) - np.einsum("gqi,ij,grj->qr", zhx, c, zhx)
         v = zhy - zhx @ beta
-        outer = v.T @ v
+        return logdet + float(logdet_x), rss, proj, v.T @ v, lam
+
+    def profiled_and_gradient(self, theta: Array) -> tuple[float, Array]:
+        """The profiled criterion and its exact gradient: d/dtheta_k = tr(P dH) - (n - p)
+        y'P dH P y / r^2, with dH = Z (E_k Lambda' + Lambda E_k') Z'."""
+        try:
+            logdets, rss, proj, outer, lam = self._gradient_parts(theta)
+        except np.linalg.LinAlgError:
+            return math.inf, np.zeros_like(theta)
+        dof = self.sums.n - self.sums.p
+        value = logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
         grad = 2.0 * ((proj - dof / rss * outer) @ lam)
         return value, grad[self.index]
+
+    def full_gradient(self, varpar: Array) -> Array:
+        """The gradient of the unprofiled criterion in (theta, sigma), exact."""
+        theta, sigma = varpar[:-1], float(varpar[-1])
+        _, rss, proj, outer, lam = self._gradient_parts(theta)
+        dof = self.sums.n - self.sums.p
+        grad = 2.0 * ((proj - outer / sigma ** 2) @ lam)
+        return np.r_[grad[self.index], 2.0 * dof / sigma - 2.0 * rss / sigma ** 3]
 
     def full(self, varpar: Array) -> float:
         theta, sigma = varpar[:-1], varpar[-1]
@@ -182,26 +196,11 @@ def _richardson(estimate: Callable[[float], Array]) -> Array:
     return (4 * estimate(STEP / 2) - estimate(STEP)) / 3
 
 
-def _hessian(f: Callable[[Array], float], at: Array) -> Array:
-    """The Hessian of f at `at` by central second differences, steps relative to each size."""
-    k = len(at)
-    f0 = f(at)
-
-    def estimate(step: float) -> Array:
-        h = step * np.maximum(np.abs(at), 1e-2)
-        out = np.empty((k, k))
-        for i in range(k):
-            ei = np.zeros(k)
-            ei[i] = h[i]
-            out[i, i] = (f(at + ei) - 2 * f0 + f(at - ei)) / h[i] ** 2
-            for j in range(i):
-                ej = np.zeros(k)
-                ej[j] = h[j]
-                out[i, j] = out[j, i] = (f(at + ei + ej) - f(at + ei - ej) - f(at - ei + ej)
-                                         + f(at - ei - ej)) / (4 * h[i] * h[j])
-        return out
-
-    return _richardson(estimate)
+def _hessian_of_gradient(gradient: Callable[[Array], Array], at: Array) -> Array:
+    """The Hessian as the Jacobian of an exact gradient (2k gradients, not O(k^2) values),
+    symmetrised."""
+    h = _jacobian(gradient, at)
+    return (h + h.T) / 2
 
 
 def _jacobian(f: Callable[[Array], Array], at: Array) -> Array:
@@ -315,8 +314,12 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
     bounds = [(0.0, None) if d else (None, None) for d in crit.diagonal]
     best = optimize.minimize(crit.profiled_and_gradient, start, jac=True, method="L-BFGS-B",
                              bounds=bounds, options={"ftol": 1e-14, "gtol": 1e-9})
-    success = bool(best.success)
     theta = np.asarray(best.x)
+    # a line search that stops on rounding with the gradient flat has converged all the same
+    # (at a variance's bound of 0 only a pull below it is allowed to remain)
+    _, grad = crit.profiled_and_gradient(theta)
+    projected = np.where(crit.diagonal & (theta <= 0), np.minimum(grad, 0.0), grad)
+    success = bool(best.success) or float(np.abs(projected).max()) < 1e-4
     if not success:  # a rough surface: the simplex, which needs no gradient
         polish = optimize.minimize(crit.profiled, best.x, method="Nelder-Mead",
                                    options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
@@ -337,17 +340,17 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
     free[:-1] &= ~np.isin(crit.index[1], dead)
     sub = np.flatnonzero(free)
 
-    def full_sub(v: Array) -> float:
+    def gradient_sub(v: Array) -> Array:
         whole = varpar.copy()
         whole[sub] = v
-        return crit.full(whole)
+        return crit.full_gradient(whole)[sub]
 
     def vcov_sub(v: Array) -> Array:
         whole = varpar.copy()
         whole[sub] = v
         return crit.vcov(whole)
 
-    hess = _hessian(full_sub, varpar[sub])
+    hess = _hessian_of_gradient(gradient_sub, varpar[sub])
     try:
         cov_varpar = 2.0 * np.linalg.inv(hess)
         eig = np.linalg.eigvalsh(hess)

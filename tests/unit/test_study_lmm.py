@@ -126,3 +126,33 @@ def test_confounded_fixed_effects_are_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="confounded"):
         fit_mixed(np.arange(8.0), x, np.ones((8, 1)), np.repeat(np.arange(4), 2), ("a", "b"),
                   ("1",))
+
+
+def test_holm_is_statsmodels_own() -> None:
+    from statsmodels.stats.multitest import multipletests
+
+    from retimer.study.analysis import holm
+
+    rng = np.random.default_rng(5)
+    for m in (2, 3, 6):
+        ps = list(rng.uniform(0, 0.2, m))
+        assert holm(ps) == pytest.approx(list(multipletests(ps, method="holm")[1]), abs=1e-12)
+
+
+def test_the_criterions_gradients_are_exact() -> None:
+    """The analytic gradients (the optimizer's, and Satterthwaite's Hessian's) against
+    central differences of the criteria themselves."""
+    from retimer.study.lmm import _Criterion, _Sums
+
+    y, x, z, person = _three_conditions(seed=4)
+    crit = _Criterion(_Sums(y, x, z, person), "unstructured")
+    theta = np.array([0.8, 0.1, -0.2, 0.5, 0.05, 0.4])
+    value, grad = crit.profiled_and_gradient(theta)
+    h = 1e-6
+    numeric = [(crit.profiled(theta + e) - crit.profiled(theta - e)) / (2 * h)
+               for e in np.eye(len(theta)) * h]
+    assert value == pytest.approx(crit.profiled(theta)) and grad == pytest.approx(numeric, abs=1e-4)
+    varpar = np.r_[theta, 1.1]
+    numeric = [(crit.full(varpar + e) - crit.full(varpar - e)) / (2 * h)
+               for e in np.eye(len(varpar)) * h]
+    assert crit.full_gradient(varpar) == pytest.approx(numeric, abs=1e-4)
