@@ -17,6 +17,7 @@ criterion is a handful of batched q x q solves, whatever the number of ratings.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ class FTest:
     p: float
 
 
+@functools.cache
 def _theta_index(q: int, structure: Structure) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """Where theta's entries go in Lambda: lme4's order, column by column."""
     if structure == "diagonal":

@@ -8,6 +8,7 @@ their mean differences is exact for a balanced within design, whatever the slope
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -33,13 +34,14 @@ def paired_t(diffs: Sequence[float]) -> Companion:
     return Companion("paired-t", mean, (float(low), float(high)), float(result.pvalue), n - 1)
 
 
-def _signed_rank_counts(n: int) -> list[int]:
+@functools.cache
+def _signed_rank_counts(n: int) -> tuple[int, ...]:
     """How many of the 2^n sign patterns give each signed-rank sum 0..n(n+1)/2."""
     counts = [1] + [0] * (n * (n + 1) // 2)
     for rank in range(1, n + 1):
         for total in range(len(counts) - 1, rank - 1, -1):
             counts[total] += counts[total - rank]
-    return counts
+    return tuple(counts)
 
 
 def hodges_lehmann(diffs: Sequence[float]) -> tuple[float, tuple[float, float]]:
