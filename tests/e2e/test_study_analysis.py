@@ -38,10 +38,11 @@ def test_the_interval_holds_a_known_effect_and_p_keeps_its_rate(design: str) -> 
     covered = false_positives = 0
     for seed in range(SEEDS):
         found = analyze(collect(simulate_records(design, ["fast", "slow"], people, units,
-                                                 [0.0, EFFECT], seed))).comparisons[0]
+                                                 [0.0, EFFECT], seed)), checks=False).comparisons[0]
         covered += found.ci[0] <= EFFECT <= found.ci[1]
         null = analyze(collect(simulate_records(design, ["fast", "slow"], people, units,
-                                                [0.0, 0.0], 10_000 + seed))).comparisons[0]
+                                                [0.0, 0.0], 10_000 + seed)),
+                       checks=False).comparisons[0]
         false_positives += null.p < 0.05
     # 200 seeds: a proportion's standard error is about 0.015
     assert 0.91 <= covered / SEEDS <= 0.99, (design, covered / SEEDS)
@@ -51,12 +52,12 @@ def test_the_interval_holds_a_known_effect_and_p_keeps_its_rate(design: str) -> 
 def test_people_who_differ_in_their_effect_do_not_make_one_up() -> None:
     """The design issue 39 found at 13 % false positives (a random intercept only, Wald z): 8
     people, 8 units per condition in a Latin square, people's effects spread with SD 0.6, no
-    effect on average. 500 seeded studies: a 5 % test lands at 3.2-6.8 % (2 standard errors);
-    the old test's 13 % (or 9 %) cannot pass 7.5 %."""
-    seeds = 500
+    effect on average. 400 seeded studies: a 5 % test lands at 2.8-7.2 % (2 standard errors);
+    the old test's 13 % cannot pass 7.5 % (nor can 9 %, but for 1 seed in 10)."""
+    seeds = 400
     called = sum(analyze(collect(simulate_records(
-        "latin-square", ["fast", "slow"], 8, 16, [0.0, 0.0], 50_000 + seed, slope_sd=0.6)))
-        .comparisons[0].p < 0.05 for seed in range(seeds))
+        "latin-square", ["fast", "slow"], 8, 16, [0.0, 0.0], 50_000 + seed, slope_sd=0.6)),
+        checks=False).comparisons[0].p < 0.05 for seed in range(seeds))
     assert 0.02 <= called / seeds <= 0.075, called / seeds
 
 
