@@ -61,6 +61,24 @@ def test_people_who_differ_in_their_effect_do_not_make_one_up() -> None:
     assert 0.02 <= called / seeds <= 0.075, called / seeds
 
 
+@pytest.mark.parametrize("design, units", [("latin-square", 16), ("within", 1)])
+def test_power_is_the_reported_tests_own(design: str, units: int) -> None:
+    """--power from a pilot large enough to know its variance (120 people whose effects spread
+    with SD 0.6) against 150 simulated studies of 12 like it, each analysed by the test the
+    analysis reports: within 10 percentage points (issue 39: it simulated a t test of the
+    residual alone, and recommended 16 participants where 32 were needed)."""
+    from retimer.study.power import power_table
+
+    pilot = analyze(collect(simulate_records(design, ["fast", "slow"], 120, units, [0.0, -0.5],
+                                             seed=3, slope_sd=0.6)), checks=False)
+    rows, _, assumed = power_table(pilot, -0.5)
+    predicted = next(r.power for r in rows if r.participants == 12)
+    found = sum(analyze(collect(simulate_records(design, ["fast", "slow"], 12, units,
+                                                 [0.0, -0.5], seed=60_000 + s, slope_sd=0.6)),
+                        checks=False).comparisons[0].p < 0.05 for s in range(150)) / 150
+    assert abs(predicted - found) <= 0.10, (predicted, found, assumed)
+
+
 def _participant_means(records: list[Record]) -> dict[str, dict[str, float]]:
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
