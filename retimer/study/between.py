@@ -9,7 +9,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from retimer.study.paired import LEVEL, _noncentral_interval
+from retimer.study.paired import LEVEL, noncentral_interval
 from retimer.study.results import Companion, Comparison, EffectSize, Omnibus
 
 __all__ = ["hedges_g", "mann_whitney", "welch_anova", "welch_comparison"]
@@ -27,7 +27,7 @@ def hedges_g(a: Sequence[float], b: Sequence[float]) -> EffectSize | None:
     d = (statistics.fmean(a) - statistics.fmean(b)) / pooled
     correction = 1 - 3 / (4 * df - 1)
     scale = math.sqrt(1 / n1 + 1 / n2)
-    low, high = _noncentral_interval(d / scale, df)
+    low, high = noncentral_interval(d / scale, df)
     return EffectSize("hedges_g", d * correction, (low * scale * correction, high * scale * correction))
 
 

@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Contrast", "FTest", "MixedFit", "fit_mixed"]
+__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed"]
 
 Structure = Literal["unstructured", "diagonal"]
 SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
@@ -71,7 +71,7 @@ def _lambda(theta: Array, q: int, structure: Structure) -> Array:
     return lam
 
 
-class _Sums:
+class GroupSums:
     """The data's sufficient statistics per group, for one evaluation after another."""
 
     def __init__(self, y: Array, x: Array, z: Array, groups: NDArray[np.int64]) -> None:
@@ -105,11 +105,11 @@ class _Sums:
         return float(logdets.sum()), xhx, xhy, yhy, t
 
 
-class _Criterion:
+class RemlCriterion:
     """The REML criterion (-2 log restricted likelihood) as a function of theta (profiled) or
     of (theta, sigma), and the fixed effects' covariance as a function of (theta, sigma)."""
 
-    def __init__(self, sums: _Sums, structure: Structure) -> None:
+    def __init__(self, sums: GroupSums, structure: Structure) -> None:
         self.sums = sums
         self.structure = structure
         self.index = _theta_index(sums.q, structure)
@@ -310,8 +310,8 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
     if float(np.sum((y - fitted) ** 2)) <= 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-12):
         raise ValueError("the fixed effects explain every rating exactly: no variation is left "
                          "to test against")
-    sums = _Sums(y, x, z, np.asarray(groups))
-    crit = _Criterion(sums, structure)
+    sums = GroupSums(y, x, z, np.asarray(groups))
+    crit = RemlCriterion(sums, structure)
     start = np.where(crit.diagonal, 1.0, 0.0)
     bounds = [(0.0, None) if d else (None, None) for d in crit.diagonal]
     best = optimize.minimize(crit.profiled_and_gradient, start, jac=True, method="L-BFGS-B",

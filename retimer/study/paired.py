@@ -15,7 +15,8 @@ from collections.abc import Sequence
 
 from retimer.study.results import Companion, Comparison, EffectSize
 
-__all__ = ["d_z", "hodges_lehmann", "paired_comparison", "paired_t", "wilcoxon"]
+__all__ = ["d_z", "hodges_lehmann", "noncentral_interval", "paired_comparison", "paired_t",
+           "wilcoxon"]
 
 LEVEL = 0.95
 
@@ -84,7 +85,7 @@ def wilcoxon(diffs: Sequence[float]) -> Companion:
     return Companion("wilcoxon", estimate, ci, p)
 
 
-def _noncentral_interval(t: float, df: float) -> tuple[float, float]:
+def noncentral_interval(t: float, df: float) -> tuple[float, float]:
     """The noncentrality parameters whose t distributions put `t` at their 97.5th and 2.5th
     percentiles: the interval of a standardized effect times its scale."""
     from scipy import optimize, stats
@@ -106,7 +107,7 @@ def d_z(diffs: Sequence[float]) -> EffectSize | None:
     if sd == 0 or n < 3:
         return None
     value = statistics.fmean(diffs) / sd
-    low, high = _noncentral_interval(value * math.sqrt(n), n - 1)
+    low, high = noncentral_interval(value * math.sqrt(n), n - 1)
     return EffectSize("d_z", value, (low / math.sqrt(n), high / math.sqrt(n)))
 
 

@@ -142,10 +142,10 @@ def test_holm_is_statsmodels_own() -> None:
 def test_the_criterions_gradients_are_exact() -> None:
     """The analytic gradients (the optimizer's, and Satterthwaite's Hessian's) against
     central differences of the criteria themselves."""
-    from retimer.study.lmm import _Criterion, _Sums
+    from retimer.study.lmm import GroupSums, RemlCriterion
 
     y, x, z, person = _three_conditions(seed=4)
-    crit = _Criterion(_Sums(y, x, z, person), "unstructured")
+    crit = RemlCriterion(GroupSums(y, x, z, person), "unstructured")
     theta = np.array([0.8, 0.1, -0.2, 0.5, 0.05, 0.4])
     value, grad = crit.profiled_and_gradient(theta)
     h = 1e-6
