@@ -94,8 +94,11 @@ def _one(args: tuple[Design, int, bool]) -> tuple[float, float, float, float | N
     records = simulate_records(design.kind, names, design.participants, units,
                                _effects(design, alternative), seed, slope_sd=design.slope_sd)
     result = analyze(collect(records), checks=False)
-    first = next(c for c in result.comparisons if c.reference == "fast" and c.condition == "slow")
+    first = next((c for c in result.comparisons
+                  if c.reference == "fast" and c.condition == "slow"), None)
     omnibus = result.omnibus[0].p if result.omnibus else None
+    if first is None:  # a note instead of a test (no spread left): counted, never "found"
+        return math.nan, math.nan, math.nan, omnibus
     return first.p, first.ci[0], first.ci[1], omnibus
 
 
@@ -104,6 +107,7 @@ class Calibration:
     design: str
     sims: int
     test: str
+    untested: int  # studies the analysis gave a note, not a test (null and effect arms)
     type_i: float
     omnibus_type_i: float | None
     coverage: float
@@ -131,11 +135,13 @@ def calibrate(design: Design, sims: int, pool: Pool) -> Calibration:  # type: ig
     sample = analyze(collect(simulate_records(design.kind, names, design.participants, units,
                                               _effects(design, True), 1, slope_sd=design.slope_sd)))
     omni = [o for *_, o in null if o is not None]
+    untested = sum(math.isnan(p) for p, *_ in null + alt)
     return Calibration(
-        design.name, sims, sample.comparisons[0].test,
+        design.name, sims, sample.comparisons[0].test, untested,
         sum(p < 0.05 for p, *_ in null) / sims,
         sum(p < 0.05 for p in omni) / len(omni) if omni else None,
-        sum(lo <= truth <= hi for _, lo, hi, _ in alt) / sims,
+        sum(lo <= truth <= hi for _, lo, hi, _ in alt) / max(1, sum(not math.isnan(lo)
+                                                                for _, lo, _, _ in alt)),
         sum(p < 0.05 for p, *_ in alt) / sims, time.perf_counter() - started)
 
 
@@ -200,12 +206,12 @@ def _table(results: list[Calibration], sims: int, seconds: float,
              f"Bounds: Type I error {TYPE_I[0]:.1%}-{TYPE_I[1]:.1%}, coverage "
              f"{COVERAGE[0]:.0%}-{COVERAGE[1]:.0%} (the standard error of a 5 % or 95 % share "
              f"of {sims} studies: {math.sqrt(0.05 * 0.95 / sims):.1%}).", "",
-             "| design | headline test | Type I | omnibus Type I | coverage | power | in bounds |",
-             "|---|---|---:|---:|---:|---:|---|"]
+             "| design | headline test | Type I | omnibus Type I | coverage | power | untested "
+             "| in bounds |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in results:
         omni = "-" if r.omnibus_type_i is None else f"{r.omnibus_type_i:.1%}"
         lines.append(f"| {r.design} | {r.test} | {r.type_i:.1%} | {omni} | {r.coverage:.1%} | "
-                     f"{r.power:.0%} | {'yes' if r.within_bounds else '**no**'} |")
+                     f"{r.power:.0%} | {r.untested} | {'yes' if r.within_bounds else '**no**'} |")
     if stairs:
         lines += ["", "Staircases (1-down/1-up on TTFT, 16 levels 100 ms-3.2 s; thresholds drawn "
                   f"log-normal around {STAIRCASE_MEDIAN:g} ms, SD 0.5 in log; `spread` is the "

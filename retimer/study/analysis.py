@@ -245,11 +245,13 @@ def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | Non
     for ref, c in _pairs(model.conditions):
         got = model.fit.contrast(model.row(c, ref))
         diffs = differences(data, scale, c, ref)
-        companions = (paired_t(diffs), wilcoxon(diffs)) if len(diffs) >= 2 else ()
+        spread = len(diffs) >= 2 and statistics.pvariance(diffs) > 0
+        companions = (paired_t(diffs), wilcoxon(diffs)) if spread else ()
         people = len({r.participant for r in data.rows
                       if scale in r.scores and r.condition in (c, ref)})
         found.append(Comparison(scale, c, ref, "mixed-model", got.estimate, got.ci, got.p,
-                                people, d_z(diffs) if len(diffs) >= 3 else None, df=got.df,
+                                people, d_z(diffs) if spread and len(diffs) >= 3 else None,
+                                df=got.df,
                                 companions=companions))
     omnibus = _omnibus(model, scale) if len(model.conditions) > 2 else None
     return found, omnibus, [model.report], model.notes

@@ -332,6 +332,9 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
     _, rss, beta, _ = crit._solve(theta)
     dof = sums.n - sums.p
     sigma = math.sqrt(rss / dof)
+    if sigma <= 1e-6 * max(float(np.std(y)), 1e-12):
+        raise ValueError("the people's own levels explain every rating exactly: no variation "
+                         "within a person is left to test against")
     varpar = np.r_[theta, sigma]
     singular = bool(np.any(theta[crit.diagonal] < SINGULAR))
     # the df's ingredients over the parameters away from their boundary (a variance at 0 is

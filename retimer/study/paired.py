@@ -13,6 +13,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
+from retimer.study.analysis_data import AnalysisError
 from retimer.study.results import Companion, Comparison, EffectSize
 
 __all__ = ["d_z", "hodges_lehmann", "noncentral_interval", "paired_comparison", "paired_t",
@@ -27,9 +28,9 @@ def paired_t(diffs: Sequence[float]) -> Companion:
 
     n = len(diffs)
     mean = statistics.fmean(diffs)
-    sd = statistics.stdev(diffs)
-    if sd == 0:
-        return Companion("paired-t", mean, (mean, mean), 1.0 if mean == 0 else 0.0, n - 1)
+    if statistics.pvariance(diffs) == 0:
+        raise AnalysisError(f"every participant's difference is {mean:+g}: no spread to test "
+                            "against")
     result = stats.ttest_1samp(diffs, 0.0)
     low, high = result.confidence_interval(LEVEL)
     return Companion("paired-t", mean, (float(low), float(high)), float(result.pvalue), n - 1)
