@@ -231,7 +231,7 @@ def _paired(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | No
 
 def _omnibus(model: ScaleModel, scale: str) -> Omnibus:
     rows = [model.row(c, model.conditions[0]) for c in model.conditions[1:]]
-    f = model.fit.f_test(rows)
+    f = model.fit.f_test(rows, df_cap=model.df_cap)
     return Omnibus(scale, "mixed model, Satterthwaite df", f.f, f.df1, f.df2, f.p)
 
 
@@ -243,7 +243,7 @@ def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | Non
     model = fit_scale(data, scale)
     found = []
     for ref, c in _pairs(model.conditions):
-        got = model.fit.contrast(model.row(c, ref))
+        got = model.fit.contrast(model.row(c, ref), df_cap=model.df_cap)
         diffs = differences(data, scale, c, ref)
         spread = len(diffs) >= 2 and statistics.pvariance(diffs) > 0
         companions = (paired_t(diffs), wilcoxon(diffs)) if spread else ()

@@ -259,19 +259,22 @@ class MixedFit:
             return math.inf
         return 2.0 * var ** 2 / spread
 
-    def contrast(self, row: ArrayLike, level: float = 0.95) -> Contrast:
+    def contrast(self, row: ArrayLike, level: float = 0.95,
+                 df_cap: float | None = None) -> Contrast:
+        """`row` @ beta with its t test; `df_cap` bounds Satterthwaite's df (see
+        retimer.study.mixed_model: a person variance at zero)."""
         from scipy import stats
 
         vector = np.asarray(row, dtype=float)
         estimate = float(vector @ self.beta)
         se = math.sqrt(float(vector @ self.vcov @ vector))
-        df = self._df(vector)
+        df = self._df(vector) if df_cap is None else min(self._df(vector), df_cap)
         t = estimate / se if se > 0 else math.nan
         p = float(2 * stats.t.sf(abs(t), df)) if math.isfinite(t) else math.nan
         half = float(stats.t.ppf(0.5 + level / 2, df)) * se
         return Contrast(estimate, se, df, t, p, (estimate - half, estimate + half))
 
-    def f_test(self, rows: ArrayLike) -> FTest:
+    def f_test(self, rows: ArrayLike, df_cap: float | None = None) -> FTest:
         """Several rows at once (lmerTest's `contestMD`): F from the contrasts' covariance,
         df2 from each eigen-direction's Satterthwaite df."""
         from scipy import stats
@@ -291,6 +294,8 @@ class MixedFit:
         else:
             e = float((nus / (nus - 2)).sum())
             df2 = 2 * e / (e - k) if e > k else math.inf
+        if df_cap is not None:
+            df2 = min(df2, df_cap)
         return FTest(f, k, df2, float(stats.f.sf(f, k, df2)))
 
 

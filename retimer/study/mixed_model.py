@@ -37,6 +37,13 @@ class ScaleModel:
     conditions: list[str]  # the conditions it compares, the reference first
     report: ModelReport
     notes: list[str]
+    # With (1 | participant) and the people's variance estimated at zero, the fit is ordinary
+    # least squares and Satterthwaite's df become the residual's, between people included: a
+    # 2 x 2 crossover of 8 people then tested on 13 df, not its 6, and called 7.3 % of null
+    # studies. The conditions are compared within people, so their df are at most the
+    # within-person residual's (ratings - people - other fixed effects), as a fixed-participant
+    # analysis would give.
+    df_cap: float | None = None
 
     def row(self, condition: str, reference: str) -> np.ndarray:
         """The contrast `condition - reference` over the fixed effects."""
@@ -143,4 +150,7 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
                 correlations[f"{keys[j]} ~ {keys[i]}"] = float(cov[i, j]) / denom if denom else 0.0
     report = ModelReport(scale, formula, maximal, "; ".join(why), METHOD, sds, correlations,
                          fit.observations, fit.groups)
-    return ScaleModel(fit, conditions, report, notes)
+    cap = None
+    if terms == ["1"] and fit.singular:
+        cap = float(fit.observations - fit.groups - (len(names) - 1))
+    return ScaleModel(fit, conditions, report, notes, cap)
