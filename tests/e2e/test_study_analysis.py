@@ -79,6 +79,18 @@ def test_power_is_the_reported_tests_own(design: str, units: int) -> None:
     assert abs(predicted - found) <= 0.10, (predicted, found, assumed)
 
 
+def test_a_crossover_with_no_person_variance_keeps_its_within_person_df() -> None:
+    """Eight people, each condition once in an AB/BA order, people alike (person SD 0): the
+    person variance is estimated at zero, yet the conditions are compared within people: 6 df
+    (16 ratings - 8 people - condition - position), not the 13 of ordinary least squares."""
+    analysis = analyze(collect(simulate_records("latin-square", ["fast", "slow"], 8, 2,
+                                                [0.0, -1.0], seed=2, person_sd=0.0)))
+    (model,) = analysis.models
+    assert model.sds["participant"] < 1e-3  # singular, as the design would have it
+    (c,) = analysis.comparisons
+    assert c.df == pytest.approx(6.0)
+
+
 def _participant_means(records: list[Record]) -> dict[str, dict[str, float]]:
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
