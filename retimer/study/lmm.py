@@ -178,6 +178,8 @@ class RemlCriterion:
         return np.r_[grad[self.index], 2.0 * dof / sigma - 2.0 * rss / sigma ** 3]
 
     def full(self, varpar: Array) -> float:
+        """The unprofiled criterion in (theta, sigma): what `full_gradient` differentiates (the
+        tests hold the one to the other)."""
         theta, sigma = varpar[:-1], varpar[-1]
         logdets, rss, _, _ = self._solve(theta)
         dof = self.sums.n - self.sums.p
