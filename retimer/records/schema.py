@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 __all__ = ["SCHEMA_VERSION", "Demo", "Model", "ParticipantEvent", "Rating", "Record", "Side",
            "StreamRecord", "StudyTags", "Target", "parse_time"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Written in every stream record as `schema`; a record without one is version 1. Version 3:
 a WebSocket turn has an id of its own (`connection` names the socket, `turn` its place) and
 its emitted duration ends with its last message (before: the socket's id, and until the
@@ -102,7 +102,8 @@ class Model:
 @dataclass(frozen=True, slots=True)
 class StudyTags:
     """A study's fields on a stream (retimer.proxy.study.addon): participant and condition
-    None when the request named nobody (policy `pass`) or the study state was unavailable."""
+    None when the request named nobody (policy `pass`), or (older logs) the study state was
+    unavailable."""
 
     study: str
     participant: str | None = None
@@ -111,12 +112,13 @@ class StudyTags:
     conversation: str | None = None
     level: float | None = None  # a staircase unit's TTFT (ms) or rate (tok/s)
     staircase: str | None = None  # the rule and answer, "1-down/1-up; slow"
-    study_error: str | None = None
+    study_error: str | None = None  # older logs: a unit passed untimed, its state unavailable
+    state_wait_ms: float | None = None  # how long the request waited for the study's state
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"study": self.study, "participant": self.participant,
                                "condition": self.condition, "unit": self.unit}
-        for name in ("conversation", "level", "staircase", "study_error"):
+        for name in ("conversation", "level", "staircase", "study_error", "state_wait_ms"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
         return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,54 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
             "study-model", 300, {"role": "system", "content": "Be brief."})
         assert s.headers["authorization"] == f"Bearer {KEY}" and "cookie" not in s.headers
     assert not [c["name"] for c in CONDITIONS if c["name"] in shown] and KEY not in shown
+
+
+def test_the_page_rides_out_a_503_and_sends_the_message_once(tmp_path: Path, fake: FakeLLM,
+                                                              chromium: Any) -> None:
+    """The study's state away (the server answers 503 and takes nothing): the page says so in
+    plain words, waits and asks again by itself, for its state and for a message; the message
+    is sent upstream once and makes one unit."""
+    study = page_study(tmp_path)
+    refused: Counter[str] = Counter()
+    seen: list[str] = []
+
+    def away(route: Any) -> None:
+        name = route.request.url.rsplit("/", 1)[-1]
+        if refused[name] < 2:  # the first two of each: the state is away
+            refused[name] += 1
+            route.fulfill(status=503, headers={"retry-after": "2"}, content_type="application/json",
+                          body=json.dumps({"error": "The study is briefly unavailable: please "
+                                                    "try again in a moment."}))
+            return
+        route.continue_()
+
+    with PageProxy(tmp_path / "p", study, fake.url) as proxy:
+        context = chromium.new_context()
+        page = context.new_page()
+        page.goto(f"{proxy.url}/study/?PROLIFIC_PID=P4")
+        page.click("#agree")
+        page.wait_for_selector("#text:not([disabled])", timeout=30000)
+        page.route("**/study/api/chat", away)
+        page.route("**/study/api/state", away)
+        send(page, "What can I cook tonight?")
+        deadline = time.monotonic() + 10
+        while "briefly unavailable" not in (said := page.locator("#status").inner_text()):
+            assert time.monotonic() < deadline, "the page never said why it waits"
+            time.sleep(0.05)
+        seen.append(said)
+        page.wait_for_selector("#rate", timeout=30000)  # sent at the third try, then shown
+        seen.append(page.locator("#status").inner_text())
+        rate(page, 5, 5, False)
+        context.close()
+        time.sleep(0.3)
+        lines = log_lines(proxy)
+    assert refused == {"chat": 2, "state": 2}
+    assert seen[0] == ("The study is briefly unavailable. Trying again in 1 s: please keep this "
+                       "page open.")
+    assert "unavailable" not in seen[1]  # cleared once it went through
+    assert len(fake.requests) == 1  # one message, sent once
+    streams = [x for x in lines if "type" not in x]
+    assert [(s["participant"], s["unit"]) for s in streams] == [("P4", 0)]
 
 
 # ------------------------------------------------------------------ safe on the internet

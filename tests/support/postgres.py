@@ -8,10 +8,12 @@ PostgreSQL fails the test (scripts/setup-system installs it): a skip would hide 
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -82,6 +84,27 @@ class Postgres:
         """Stop the server (`immediate`: as if it went away)."""
         self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "stop",
                   check=False)
+
+    def processes(self) -> list[int]:
+        """The server's processes: the postmaster (its pid file's first line) and its children."""
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = subprocess.run(["pgrep", "-P", str(postmaster)], capture_output=True,
+                                  text=True, check=False).stdout.split()
+        return [postmaster, *map(int, children)]
+
+    def hang(self) -> list[int]:
+        """Stop every process of the server (SIGSTOP): connections stay open and nothing
+        answers, as with a server that hangs; `resume(...)` the pids returned."""
+        pids = self.processes()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    @staticmethod
+    def resume(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
     def __enter__(self) -> Postgres:
         return self.start()

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from mitmproxy import ctx, exceptions, http
@@ -41,6 +42,7 @@ from retimer.proxy.study.state import (
     StateUnavailable,
     UnitFields,
 )
+from retimer.proxy.study.stateworker import StateWorker
 from retimer.records.schema import Rating, StreamRecord
 from retimer.records.writer import RecordSource
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
@@ -57,6 +59,8 @@ from retimer.wire.protocols.base import RequestShape
 log = logging.getLogger(__name__)
 PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
 WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
+WAIT_NOTED_S = 0.05  # a request that waited longer than this for the state says so in its record
+Link = tuple[str, str, str]  # STUDY_LINK_KEY: (link kind, conversation key, participant)
 
 
 class Study:
@@ -74,18 +78,25 @@ class Study:
         self.roster: Roster | None = None
         self.passthrough: Profile | None = None  # for requests naming nobody, policy pass
         self.state: MemoryState | SharedState = MemoryState()
+        self.worker = StateWorker(None)  # the state's calls (off the event loop for a database)
         self.warned: set[str] = set()
         self.rating_page = RatingPage(self)
 
     def _reset(self, study: str = "") -> None:
+        self.worker.close()
         self.state.close()
-        self.state = MemoryState()
+        self.state, self.worker = MemoryState(), StateWorker(None)
         path = ctx.options.retimer_study_state
         if path and study:
             try:
                 self.state = SharedState(path, study)
             except StateError as e:
                 raise exceptions.OptionsError(f"--study-state: {e}") from None
+            self.worker = StateWorker(self.state.db)
+
+    def done(self) -> None:
+        self.worker.close()  # kept writes get a few seconds more
+        self.state.close()
 
     def load(self, loader: Loader) -> None:
         loader.add_option("retimer_study", str, "",
@@ -119,11 +130,11 @@ class Study:
         self.design, self.profiles, self.participant = design, profiles, participant
 
     # -- assignment ------------------------------------------------------------------------
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         design = self.design
         if design is None or flow.response is not None:
             return
-        if design.ratings and self.rating_page.serve(flow):
+        if design.ratings and await self.rating_page.serve(flow):
             return
         if PROFILE_KEY in flow.metadata:
             return
@@ -131,42 +142,59 @@ class Study:
             return  # the study page's own (retimer.proxy.study.page): it calls assign()
         participant = self.participant or self._identify(flow, design)
         if participant is not None:
-            self.assign(flow, design, participant)
+            started = time.monotonic()
+            try:
+                assigned = await self.worker.call(self.assignment(flow, design, participant),
+                                                  "a unit's position")
+            except StateUnavailable as e:
+                self.unavailable(flow, e)
+                return
+            self.apply(flow, assigned, time.monotonic() - started)
 
-    def unavailable(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
-                    error: StateUnavailable) -> None:
-        """The state database did not answer: the stream passes through untimed, and its record
-        says why (no condition: the unit's position is not known)."""
-        self._warn(f"retimer study: the study's state is unavailable, streams pass untimed "
-                   f"({error})")
-        assert self.passthrough is not None  # loaded with every study
-        flow.metadata[PROFILE_KEY] = self.passthrough
-        flow.metadata[RECORD_KEY] = {"study": design.name, "participant": participant,
-                                     "condition": None, "unit": None,
-                                     "study_error": f"state unavailable: {error}"}
+    def unavailable(self, flow: http.HTTPFlow, error: StateUnavailable) -> None:
+        """The state did not answer in time: the request is refused with a "try again" (503)
+        and goes nowhere, so no unit passes untimed and the participant's sequence keeps the
+        design's order (the API clients retry a 503; the study page does)."""
+        self.warn(f"retimer study: the study's state is unavailable, requests are answered "
+                   f"503 (try again) ({error})")
+        flow.response = _refusal(503, "the study is briefly unavailable: please try again in "
+                                 "a moment")
+        flow.response.headers["retry-after"] = "2"
 
-    def assign(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
-               conversation: str | None = None) -> None:
-        """Give the flow the participant's condition for it (a unit, or their latest unit's);
-        `conversation` names its conversation when the caller knows it (the study page's task)."""
+    def assignment(self, flow: http.HTTPFlow, design: StudyDesign, participant: str,
+                   conversation: str | None = None,
+                   ) -> Callable[[], tuple[UnitFields, Link | None]]:
+        """The job (for `worker.call`, inside a transaction with anything it is part of) that
+        finds the flow's fields: a unit's, or the participant's latest unit's; `conversation`
+        names its conversation when the caller knows it (the study page's task)."""
         req = flow.request
         headers = {k.lower(): v for k, v in req.headers.items()}
         if req.stream:
             shape = RequestShape(req.method, destination_host(flow), req.path, headers, b"")
         else:
             shape = RequestShape.of_body(req.method, destination_host(flow), req.path, headers, request_body(flow))
-        websocket = req.headers.get("upgrade", "").lower() == "websocket"
-        try:
-            if is_unit_request(shape, websocket):
-                fields = self._unit(flow, design, shape, participant, conversation)
+        unit = is_unit_request(shape, req.headers.get("upgrade", "").lower() == "websocket")
+
+        def job() -> tuple[UnitFields, Link | None]:
+            with self.state.transaction():  # the position and the latest unit, together
+                if not unit:
+                    return self._following(design, participant), None
+                fields, link = self._unit(design, shape, participant, conversation)
                 self.state.set_current(participant, fields)
-            else:
-                fields = self._following(design, participant)
-        except StateUnavailable as e:
-            self.unavailable(flow, design, participant, e)
-            return
-        assert fields["condition"] is not None  # an identified participant's fields name one
-        flow.metadata[PROFILE_KEY] = self.profiles[fields["condition"]]
+            return fields, link
+        return job
+
+    def apply(self, flow: http.HTTPFlow, assigned: tuple[UnitFields, Link | None],
+              waited: float) -> None:
+        """Give the flow its condition's profile and record fields (on the event loop)."""
+        fields, link = assigned
+        condition = fields["condition"]
+        assert condition is not None  # an identified participant's fields name one
+        if link is not None:
+            flow.metadata[STUDY_LINK_KEY] = link
+        if waited > WAIT_NOTED_S:
+            fields = {**fields, "state_wait_ms": round(waited * 1000.0, 1)}
+        flow.metadata[PROFILE_KEY] = self.profiles[condition]
         flow.metadata[RECORD_KEY] = fields
 
     def _following(self, design: StudyDesign, participant: str) -> UnitFields:
@@ -192,7 +220,7 @@ class Study:
                 return who.participant
             except StudyError as e:
                 who = Invalid(str(e))
-        self._warn(f"retimer study: a request named no participant ({who.reason})")
+        self.warn(f"retimer study: a request named no participant ({who.reason})")
         if isinstance(who, Invalid):
             flow.response = _refusal(400, who.reason)
         elif policy.unidentified == "refuse":
@@ -204,18 +232,18 @@ class Study:
                                          "condition": None, "unit": None}
         return None
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         """Each distinct message once (at most WARNED of them: no log flood)."""
         if message not in self.warned and len(self.warned) < WARNED:
             self.warned.add(message)
             log.warning(message)
 
     def _unit(
-        self, flow: http.HTTPFlow, design: StudyDesign, shape: RequestShape, participant: str,
-        known: str | None = None,
-    ) -> UnitFields:
+        self, design: StudyDesign, shape: RequestShape, participant: str, known: str | None = None,
+    ) -> tuple[UnitFields, Link | None]:
         key: str | None = None
         conversation: str | None = None
+        link: Link | None = None
         state = self.state
         if design.unit == "participant":
             index = 0
@@ -226,7 +254,7 @@ class Study:
             key = known or state.alias_of(participant, ident.key)
             index = state.conversation(participant, key)
             if ident.links and known is None:
-                flow.metadata[STUDY_LINK_KEY] = (ident.links, key, participant)
+                link = (ident.links, key, participant)
             conversation = design.short_hash(key)
         stairs = design.staircase
         if stairs is None:
@@ -241,21 +269,27 @@ class Study:
         if stairs is not None:
             fields["level"] = stairs.levels[design.names.index(condition.name)]
             fields["staircase"] = stairs.describe()
-        return fields
+        return fields, link
 
-    def answered(self, participant: str, unit: object, rating: Rating) -> None:
+    async def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written: in a staircase study, its answer sets the participant's next
-        level (a unit's first answer counts)."""
+        level (a unit's first answer counts). Stored before the rating is acknowledged, so the
+        next unit's level follows it whichever worker or instance takes that unit; kept for
+        later if the state does not answer in time (the rating is in the log already)."""
         design = self.design
         if design is None or design.staircase is None or not isinstance(unit, int):
             return
         slow = design.staircase.answer.of(rating)
         if slow is None:
             return
+        state = self.state
+
+        def job() -> bool:
+            return state.answer(participant, unit, slow)
         try:
-            self.state.answer(participant, unit, slow)
-        except StateUnavailable as e:  # the rating is in the log; the walk misses one step
-            self._warn(f"retimer study: a staircase answer was not kept ({e})")
+            await self.worker.call(job, "a staircase answer")
+        except StateUnavailable:
+            self.worker.keep(job, "a staircase answer")
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
     def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
@@ -273,11 +307,14 @@ class Study:
             body = flow.response.get_content(strict=False) or b""
         else:
             return
-        try:
-            for linked in response_links(kind, body):
-                self.state.link(participant, linked, key)
-        except StateUnavailable as e:  # the next turn starts a unit of its own
-            self._warn(f"retimer study: a conversation's link was not kept ({e})")
+        links = list(response_links(kind, body))
+
+        def job() -> None:
+            with self.state.transaction():
+                for linked in links:
+                    self.state.link(participant, linked, key)
+        if links:
+            self.worker.keep(job, "a conversation's link")
 
     def retimer_record(self, record: StreamRecord) -> None:
         """A stream finished: the latest unit stream is what the rating page offers."""
@@ -289,10 +326,9 @@ class Study:
             "id": record.id, "stream": record.stream, "study": tags.study,
             "participant": tags.participant, "condition": tags.condition, "unit": tags.unit,
             "finished": time.strftime("%H:%M:%S"), "host": urlsplit(record.url).hostname or ""}
-        try:
-            self.state.add_rateable(tags.participant, record.id, entry)
-        except StateUnavailable as e:
-            self._warn(f"retimer study: a stream was not offered for rating ({e})")
+        participant = tags.participant
+        self.worker.keep(lambda: self.state.add_rateable(participant, record.id, entry),
+                         "a stream offered for rating")
 
 
 def _refusal(status: int, message: str) -> http.Response:

@@ -31,7 +31,7 @@ from pathlib import Path
 from mitmproxy import ctx, exceptions, http
 
 from retimer.proxy.hooks import PAGE_TURN_KEY, StreamHandle
-from retimer.proxy.study.addon import Study
+from retimer.proxy.study.addon import Link, Study
 from retimer.proxy.study.page_responses import (
     headers,
     html_response,
@@ -39,8 +39,10 @@ from retimer.proxy.study.page_responses import (
     read_assets,
     redirect,
 )
-from retimer.proxy.study.page_state import PageState
+from retimer.proxy.study.page_state import PageState, Progress
+from retimer.proxy.study.state import SharedState, UnitFields
 from retimer.proxy.study.statedb import StateError, StateUnavailable
+from retimer.proxy.study.stateworker import StateWorker
 from retimer.records.reader import LogError, read_logs
 from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.records.writer import RecordSource
@@ -99,6 +101,7 @@ class StudyPage:
         self.records = records  # the records log: ratings and milestones go there
         self.settings: PageSettings | None = None
         self.state: PageState | None = None
+        self.worker = StateWorker(None)  # the study's, when the page's state is in its database
         self.secret = b""
         self.admin = b""  # the admin view's token
         self.key = ""
@@ -107,8 +110,7 @@ class StudyPage:
     def configure(self, updated: set[str]) -> None:
         if not updated & {"retimer_study", "retimer_participant", "retimer_study_state"}:
             return
-        if self.state is not None:
-            self.state.close()
+        self._close()
         self.settings, self.state = None, None
         design = self.study.design
         if design is None or design.page is None:
@@ -131,18 +133,24 @@ class StudyPage:
             self.assets = read_assets()
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
-        try:
-            state = PageState(ctx.options.retimer_study_state or ":memory:", design.name)
+        shared = self.study.state
+        try:  # in the positions' database, with its worker: a turn and its unit commit together
+            state = PageState(shared.db if isinstance(shared, SharedState) else ":memory:",
+                              design.name)
         except StateError as e:
             raise exceptions.OptionsError(f"--study-state: {e}") from None
+        self.worker = self.study.worker if isinstance(shared, SharedState) else StateWorker(None)
         self.key, self.settings, self.state = key, settings, state
 
     def done(self) -> None:
+        self._close()
+
+    def _close(self) -> None:
         if self.state is not None:
-            self.state.close()
+            self.state.close()  # the study's own database stays open: the study closes it
 
     # -- routing ---------------------------------------------------------------------------
-    def request(self, flow: http.HTTPFlow) -> None:
+    async def request(self, flow: http.HTTPFlow) -> None:
         settings, design = self.settings, self.study.design
         if settings is None or design is None or flow.response is not None:
             return
@@ -174,21 +182,24 @@ class StudyPage:
             flow.response = json_response(403, {"error": "This page's actions come from the page "
                                                 "only."})
             return
+        state = self.state
+        assert state is not None  # configured with the settings
         try:
             if route == "api/state" and method == "GET":
-                flow.response = json_response(200, self._progress(participant, settings))
+                progress = await self.worker.call(lambda: state.progress(participant), "the page's state")
+                flow.response = json_response(200, self._progress(progress, settings))
             elif route == "api/consent" and method == "POST":
-                assert self.state is not None
-                if self.state.consent(participant, time.time()):
+                if await self.worker.call(lambda: state.consent(participant, time.time()), "a consent"):
                     self._note(design, participant, "consented")
                 flow.response = json_response(200, {"ok": True})
             elif route == "api/chat" and method == "POST":
-                self._chat(flow, participant, settings)
+                await self._chat(flow, participant, settings, state)
             elif route == "api/rate" and method == "POST":
-                flow.response = self._rate(flow, participant, design)
+                flow.response = await self._rate(flow, participant, design, state)
             elif route == "api/next" and method == "POST":
-                assert self.state is not None
-                if self.state.next_task(participant, settings.turns, len(settings.tasks), time.time()):
+                turns, tasks = settings.turns, len(settings.tasks)
+                if await self.worker.call(lambda: state.next_task(participant, turns, tasks, time.time()),
+                                          "a move to the next task"):
                     self._note(design, participant, "finished")
                 flow.response = json_response(200, {"ok": True})
             else:
@@ -196,9 +207,11 @@ class StudyPage:
         except PageRefused as e:
             flow.response = json_response(e.status, {"error": str(e)})
         except StateUnavailable as e:  # nothing acknowledged, nothing sent upstream
-            log.warning(f"retimer study: the study page's state is unavailable ({e})")
+            self.study.warn(f"retimer study: the study page's state is unavailable, the page is "
+                            f"answered 503 and retries ({e})")
             flow.response = json_response(503, {"error": "The study is briefly unavailable: "
                                                 "please try again in a moment."})
+            flow.response.headers["retry-after"] = "2"
 
     def _front(self, flow: http.HTTPFlow, settings: PageSettings, design: StudyDesign) -> None:
         """`/study/`: from a link with the participant's id, set the cookie and drop the id
@@ -238,31 +251,41 @@ class StudyPage:
                            req.headers.get("origin"),
                            (req.host_header or "", req.headers.get("x-forwarded-host", "")))
 
-    def _progress(self, participant: str, settings: PageSettings) -> dict[str, object]:
-        assert self.state is not None
-        p = self.state.progress(participant)
+    @staticmethod
+    def _progress(p: Progress, settings: PageSettings) -> dict[str, object]:
         return progress_json(settings, p.consented, p.task, p.finished, [
             TurnView(t.turn, t.task, t.message, t.reply, t.status, t.rated) for t in p.turns])
 
     # -- a message: the study's own upstream call --------------------------------------------
-    def _chat(self, flow: http.HTTPFlow, participant: str, settings: PageSettings) -> None:
-        assert self.state is not None
+    async def _chat(self, flow: http.HTTPFlow, participant: str, settings: PageSettings,
+                    state: PageState) -> None:
+        """Begin the turn and its unit in one job (one transaction when they share a
+        database: a turn never starts without its unit, nor a unit without its turn), then
+        send the study's own upstream call."""
         text = chat_text(json_body(flow.request.get_content(strict=False) or b""))
-        limits = settings.limits
-        task = self.state.start_turn(participant, flow.id, text, time.time(),
-                                     len(settings.tasks), limits.turns, limits.output_tokens,
-                                     limits.requests_per_minute)
-        history = [*self.state.history(participant, task), ("user", text)]
+        limits, design, study = settings.limits, self.study.design, self.study
+        assert design is not None  # the page runs only in a study
         req = flow.request
         sent = upstream_headers(settings, self.key, req.host_header)
-        req.headers.clear()  # nothing of the browser's goes upstream: no cookie, no origin
-        for name, value in sent.items():
-            req.headers[name] = value
-        req.method, req.path = "POST", settings.path
-        req.content = upstream_request(settings, history)
+        now = time.time()
+
+        def job() -> tuple[int, tuple[UnitFields, Link | None]]:
+            with state.db.transaction():
+                task = state.start_turn(participant, flow.id, text, now, len(settings.tasks),
+                                        limits.turns, limits.output_tokens,
+                                        limits.requests_per_minute)
+                req.headers.clear()  # nothing of the browser's goes upstream: no cookie, no origin
+                for name, value in sent.items():
+                    req.headers[name] = value
+                req.method, req.path = "POST", settings.path
+                req.content = upstream_request(settings, [*state.history(participant, task),
+                                                          ("user", text)])
+                return task, study.assignment(flow, design, participant, f"study page task {task}")()
+
+        started = time.monotonic()
+        _, assigned = await self.worker.call(job, "a message's turn and unit")
         flow.metadata[PAGE_TURN_KEY] = flow.id
-        assert self.study.design is not None  # the page runs only in a study
-        self.study.assign(flow, self.study.design, participant, f"study page task {task}")
+        study.apply(flow, assigned, time.monotonic() - started)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if PAGE_TURN_KEY in flow.metadata and flow.response is not None:
@@ -283,11 +306,11 @@ class StudyPage:
 
     def _finish(self, turn: str, reply: str, ok: bool, tokens: int = 0,
                 condition: str | None = None, unit: int | None = None) -> None:
-        assert self.state is not None
-        try:
-            self.state.finish_turn(turn, reply, ok, tokens, condition, unit)
-        except StateUnavailable as e:  # the turn stays pending until PENDING_S: then broken
-            log.warning(f"retimer study: a page turn's end was not kept ({e})")
+        """The turn is over: kept until the database takes it (the page polls till then)."""
+        state = self.state
+        assert state is not None
+        self.worker.keep(lambda: state.finish_turn(turn, reply, ok, tokens, condition, unit),
+                         "a reply's end")
 
     def response(self, flow: http.HTTPFlow) -> None:
         """A turn that got no stream (an upstream error) is over: the page may send again."""
@@ -300,22 +323,23 @@ class StudyPage:
             self._finish(flow.id, "", False)
 
     # -- ratings -----------------------------------------------------------------------------
-    def _rate(self, flow: http.HTTPFlow, participant: str, design: StudyDesign) -> http.Response:
-        assert self.state is not None and self.settings is not None
+    async def _rate(self, flow: http.HTTPFlow, participant: str, design: StudyDesign,
+                    state: PageState) -> http.Response:
+        assert self.settings is not None
         rating = page_rating(json_body(flow.request.get_content(strict=False) or b""), self.settings)
         turn = rating.turn
         log_file = self.records()
         if log_file is None:
             raise PageRefused(503, "Ratings cannot be saved: the study has no records log.")
-        found = self.state.rate(participant, turn)
+        found = await self.worker.call(lambda: state.rate(participant, turn), "a rating")
         record = Rating(stream=turn, time=datetime.now(UTC).isoformat(timespec="milliseconds"),
                         scores=rating.scores, slow=rating.slow, study=design.name,
                         participant=participant, condition=found.condition, unit=found.unit,
                         task=found.task)
         if not log_file.write(record):  # acknowledged only once it is in the log
-            self.state.unrate(participant, turn)
+            self.worker.keep(lambda: state.unrate(participant, turn), "a rating taken back")
             raise PageRefused(503, "The rating could not be saved: please try again.")
-        self.study.answered(participant, found.unit, record)
+        await self.study.answered(participant, found.unit, record)
         return json_response(200, {"ok": True})
 
     def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:

@@ -69,16 +69,21 @@ class PageState:
     """The page's per-participant state in the study's state database (":memory:": sqlite3 in
     this process only)."""
 
-    def __init__(self, location: str | Path = ":memory:", study: str = "") -> None:
-        self.db = StateDB(location, study)
+    def __init__(self, location: str | Path | StateDB = ":memory:", study: str = "") -> None:
+        """`location` a database to open, or one already open (the study's positions', so a
+        turn and its unit commit together)."""
+        self._owned = not isinstance(location, StateDB)
+        self.db = location if isinstance(location, StateDB) else StateDB(location, study)
         try:
             self.db.create(SCHEMA)
         except BaseException:
-            self.db.close()
+            if self._owned:
+                self.db.close()
             raise
 
     def close(self) -> None:
-        self.db.close()
+        if self._owned:
+            self.db.close()
 
     # -- reading ---------------------------------------------------------------------------
     def progress(self, participant: str) -> Progress:
@@ -124,6 +129,9 @@ class PageState:
         """Begin a turn of the participant's current task (its number is returned), or refuse
         it: no consent yet, finished, a reply still coming (another tab), a limit reached."""
         with self.db.transaction() as db:
+            if (again := db.execute("SELECT task FROM page_turns WHERE turn = ? AND participant = "
+                                    "?", (turn, participant)).fetchone()) is not None:
+                return _int(again[0])  # begun by an attempt whose answer was lost: the same turn
             row = db.execute("SELECT consented, task, finished, tokens FROM page_people "
                              "WHERE participant = ?", (participant,)).fetchone()
             if not row or row[0] is None:

@@ -18,6 +18,7 @@ from mitmproxy import http
 from retimer.proxy.pac import addressed_to_proxy
 from retimer.proxy.study.state import MemoryState, SharedState
 from retimer.proxy.study.statedb import StateUnavailable
+from retimer.proxy.study.stateworker import StateWorker
 from retimer.records.schema import Rating
 from retimer.records.writer import RecordSource
 from retimer.study.design import StudyDesign, StudyError
@@ -37,9 +38,10 @@ class RatedStudy(Protocol):
     participant: str  # the proxy's one participant, or "" when each request names its own
     design: StudyDesign | None
     state: MemoryState | SharedState
+    worker: StateWorker  # runs the state's calls
     records: RecordSource  # the records log, which takes the ratings
 
-    def answered(self, participant: str, unit: object, rating: Rating) -> None:
+    async def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written (a staircase study steps on its answer)."""
 
 
@@ -49,16 +51,20 @@ class RatingPage:
     def __init__(self, study: RatedStudy) -> None:
         self.study = study
 
-    def serve(self, flow: http.HTTPFlow) -> bool:
+    async def serve(self, flow: http.HTTPFlow) -> bool:
         """Answer GET/POST http://<proxy>/rate; False for any other request."""
         try:
-            return self._page(flow)
+            return await self._page(flow)
         except StateUnavailable:
             flow.response = _response(503, _json_error("the study's state is unavailable: "
                                                        "try again in a moment"), json_body=True)
             return True
 
-    def _page(self, flow: http.HTTPFlow) -> bool:
+    async def _latest(self, participant: str) -> dict[str, object] | None:
+        state = self.study.state
+        return await self.study.worker.call(lambda: state.latest(participant), "the latest stream")
+
+    async def _page(self, flow: http.HTTPFlow) -> bool:
         from mitmproxy.proxy.mode_specs import RegularMode
 
         req = flow.request
@@ -86,23 +92,23 @@ class RatingPage:
                                           rating_page(None, message, True, ask_slow=ask),
                                           json_body=wants_json)
                 return True
-        latest = study.state.latest(participant)
         if req.method == "GET":
+            latest = await self._latest(participant)
             if "latest" in req.query:
                 flow.response = _response(200, latest_json(latest), json_body=True)
             else:
                 flow.response = _response(200, rating_page(latest, query=query, ask_slow=ask))
             return True
-        status, message = self._rate(flow, participant)
+        status, message = await self._rate(flow, participant)
         if wants_json:
             body = '{"ok": true}' if status == 200 else _json_error(message)
             flow.response = _response(status, body, json_body=True)
         else:
-            page = rating_page(study.state.latest(participant), message, status != 200, query, ask)
+            page = rating_page(await self._latest(participant), message, status != 200, query, ask)
             flow.response = _response(status, page)
         return True
 
-    def _rate(self, flow: http.HTTPFlow, participant: str) -> tuple[int, str]:
+    async def _rate(self, flow: http.HTTPFlow, participant: str) -> tuple[int, str]:
         req = flow.request
         origin = req.headers.get("origin")
         if origin and urlsplit(origin).netloc.lower() != (req.host_header or "").lower():
@@ -115,14 +121,16 @@ class RatingPage:
                                              req.headers.get("content-type", ""))
         except RatingError as e:
             return 400, str(e)
-        stream = self.study.state.rateable_stream(participant, stream_id)
+        state = self.study.state
+        stream = await self.study.worker.call(lambda: state.rateable_stream(participant, stream_id),
+                                              "a stream to rate")
         if stream is None:
             return 409, "that response is no longer known: reload the page"
         now = datetime.now(UTC).isoformat(timespec="milliseconds")
         record = rating_record(stream, scores, now)
         if not log_file.write(record):
             return 503, "the rating could not be written down: try again"
-        self.study.answered(participant, stream.get("unit"), record)
+        await self.study.answered(participant, stream.get("unit"), record)
         return 200, "Saved. Thank you."
 
 

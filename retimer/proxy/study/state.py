@@ -12,9 +12,10 @@ position.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -53,6 +54,7 @@ class UnitFields(TypedDict):
     conversation: NotRequired[str]  # unit conversation: the conversation key's keyed hash
     level: NotRequired[float]  # a staircase's unit: its TTFT in ms or its rate in tok/s
     staircase: NotRequired[str]  # and the rule and answer it walks by ("2-down/1-up; slow")
+    state_wait_ms: NotRequired[float]  # the request waited this long for the study's state
 
 
 class _Positions:
@@ -70,9 +72,16 @@ class _Positions:
 class MemoryState:
     """The positions of one process's study (a single `retimer study`)."""
 
+    db = None  # no database: its jobs run in line (retimer.proxy.study.stateworker)
+
     def __init__(self) -> None:
         self.people: dict[str, _Positions] = {}
         self.streams: dict[str, str] = {}  # rateable stream id -> its participant
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Steps that belong together (in memory they cannot fail half way)."""
+        yield
 
     def _of(self, participant: str) -> _Positions:
         if (p := self.people.get(participant)) is None:
@@ -157,6 +166,12 @@ class SharedState:
         except BaseException:
             self.db.close()
             raise
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Steps that commit together or not at all (a unit's position and its fields)."""
+        with self.db.transaction():
+            yield
 
     def next_request(self, participant: str) -> int:
         with self.db.transaction() as db:

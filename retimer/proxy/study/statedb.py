@@ -5,25 +5,24 @@ instances on several machines (a hosted study behind a load balancer) share a Po
 (`--study-state postgresql://...`). The SQL is written once in the subset both speak (`?`
 parameters, `ON CONFLICT ... DO UPDATE`); a transaction takes the database's one write lock
 first (sqlite's BEGIN IMMEDIATE, a PostgreSQL advisory lock), so every read-then-write is
-atomic across processes and machines. The calls are short and run on the proxy's loop.
+atomic across processes and machines.
 
-When the database cannot be reached, every call raises `StateUnavailable` at once (after one
-failed attempt, nothing is tried again for `RETRY_S`), so a server gone away costs the proxy no
-waiting: the callers pass the streams through and say why.
+A call that cannot reach the database raises `StateUnavailable` (a lost connection is forgotten:
+the next call connects anew). The proxy makes its calls from one thread of their own
+(retimer.proxy.study.stateworker), which retries, backs off and bounds how long anyone waits, so
+a database that is down or hung never holds the proxy's event loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-__all__ = ["RETRY_S", "StateDB", "StateError", "StateUnavailable", "is_postgres"]
+__all__ = ["Abandoned", "StateDB", "StateError", "StateUnavailable", "is_postgres"]
 
-RETRY_S = 2.0  # after a failed connection, calls fail at once for this long
 VERSION = "3"  # the tables' layout: retimer_meta's version
 LOCK_ID = 0x7265_7469_6D65  # the advisory lock every PostgreSQL write transaction takes
 CONNECT_TIMEOUT_S = 3
@@ -38,6 +37,10 @@ class StateError(Exception):
 
 class StateUnavailable(StateError):
     """The database did not answer this call (it went away, or timed out)."""
+
+
+class Abandoned(StateUnavailable):
+    """The caller stopped waiting: the transaction was rolled back instead of committed."""
 
 
 Row = Any  # a database row: its cells are what the database says, typed where they are read
@@ -73,8 +76,9 @@ class StateDB:
         self.postgres = is_postgres(self.location)
         self.study = study
         self._conn: _Connection | None = None
-        self._down_until = 0.0
         self._in_transaction = False
+        # asked before each COMMIT (stateworker: has the caller stopped waiting?); False rolls back
+        self.commit_allowed: Callable[[], bool] = lambda: True
         try:
             self._open()
         except StateUnavailable as e:
@@ -122,13 +126,7 @@ class StateDB:
     def _live(self) -> _Connection:
         if self._conn is not None:
             return self._conn
-        if time.monotonic() < self._down_until:
-            raise StateUnavailable(f"{self.shown} did not answer a moment ago")
-        try:
-            self._open()
-        except StateUnavailable:
-            self._down_until = time.monotonic() + RETRY_S
-            raise
+        self._open()
         assert self._conn is not None  # _open made it or raised
         return self._conn
 
@@ -137,7 +135,6 @@ class StateDB:
         with contextlib.suppress(Exception):
             self.close()
         self._conn = None
-        self._down_until = time.monotonic() + RETRY_S
         return StateUnavailable(f"{self.shown}: {_reason(error)}")
 
     # -- statements -----------------------------------------------------------------------
@@ -159,7 +156,11 @@ class StateDB:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[StateDB]:
-        """The write lock, then the statements, then COMMIT; any error rolls back."""
+        """The write lock, then the statements, then COMMIT; any error rolls back. Inside a
+        transaction, another is part of it (one job's steps commit together or not at all)."""
+        if self._in_transaction:
+            yield self
+            return
         conn = self._live()
         self._in_transaction = True
         try:
@@ -169,6 +170,8 @@ class StateDB:
             else:
                 conn.execute("BEGIN IMMEDIATE")
             yield self
+            if not self.commit_allowed():
+                raise Abandoned(f"{self.shown}: the caller stopped waiting")
             conn.execute("COMMIT")
         except self._errors() as e:
             with contextlib.suppress(Exception):

@@ -17,9 +17,18 @@ function md(src){return mk.parse(src||'');}
 function api(path,body){return fetch('api/'+path,{method:body===undefined?'GET':'POST',
  headers:{'Content-Type':'application/json','Accept':'application/json'},credentials:'same-origin',
  body:body===undefined?undefined:JSON.stringify(body)});}
+// a 503 is the study's state briefly away (nothing was taken): wait, say so, and ask again
+var PAUSES=[1000,2000,4000,8000,15000];
+function retrying(path,body){var n=0;
+ function attempt(){return api(path,body).then(function(r){
+  if(r.status!==503){if(n)say('');return r;}
+  var ms=PAUSES[Math.min(n,PAUSES.length-1)];n++;
+  say('The study is briefly unavailable. Trying again in '+Math.round(ms/1000)+' s: please keep this page open.');
+  return new Promise(function(ok){setTimeout(ok,ms);}).then(attempt);});}
+ return attempt();}
 function err(r){return r.json().then(function(j){return (j.error&&(j.error.message||j.error))||('Error '+r.status);},
  function(){return 'Error '+r.status;});}
-function load(){return api('state').then(function(r){if(!r.ok)return err(r).then(function(e){say(e);});
+function load(){return retrying('state').then(function(r){if(!r.ok)return err(r).then(function(e){say(e);});
  return r.json().then(function(j){S=j;render();});}).catch(function(){say('No connection: retrying...');setTimeout(load,2000);});}
 function bubble(role,html,id){var d=document.createElement('div');d.className='msg '+role;
  d.innerHTML='<div class="b"'+(id?' id="'+id+'"':'')+'>'+html+'</div>';main.appendChild(d);return d.firstChild;}
@@ -37,14 +46,14 @@ function rateForm(turn){var f=document.createElement('form');f.className='rate';
   var slow=f.querySelector('input[name="slow"]:checked');
   if(S.slow_question&&!slow)missing.push('slow');
   if(missing.length){say('Please answer: '+missing.join(', ')+'.');return;}
-  api('rate',{turn:turn,scores:scores,slow:slow?slow.value==='yes':null}).then(function(r){
+  retrying('rate',{turn:turn,scores:scores,slow:slow?slow.value==='yes':null}).then(function(r){
    if(r.ok){say('Rating saved. Thank you.');return load();}
    return err(r).then(say);}).catch(function(){say('Not saved: no connection. Try again.');});});
  main.appendChild(f);}
 function render(){main.innerHTML='';document.title=S.title;document.getElementById('title').textContent=S.title;
  if(!S.consented){foot.hidden=true;var c=document.createElement('div');c.className='consent';
   c.innerHTML=md(S.consent||'')+'<p><button id="agree">I agree, start</button></p>';main.appendChild(c);
-  document.getElementById('agree').onclick=function(){api('consent',{}).then(function(r){
+  document.getElementById('agree').onclick=function(){retrying('consent',{}).then(function(r){
    if(r.ok)return load();return err(r).then(function(e){var p=document.createElement('p');p.className='note';p.textContent=e;c.appendChild(p);});});};return;}
  if(S.finished){foot.hidden=true;var d=document.createElement('div');d.className='done';
   d.innerHTML='<h2>Thank you!</h2>'+(S.code?'<p>Your completion code:</p><p><span class="code" id="code">'+esc(S.code)+'</span></p>':'<p>You have finished.</p>')+
@@ -69,7 +78,7 @@ function deltaOf(obj){if(obj.choices&&obj.choices[0]&&obj.choices[0].delta)retur
  if(obj.type==='content_block_delta'&&obj.delta&&obj.delta.type==='text_delta')return obj.delta.text||'';return '';}
 function chat(text){busy=true;send.disabled=true;input.disabled=true;say('');
  bubble('user',esc(text));var out=bubble('assistant','<span class="note">...</span>'),acc='';
- api('chat',{text:text}).then(function(r){
+ retrying('chat',{text:text}).then(function(r){
   if(!r.ok)return err(r).then(function(e){say(e);busy=false;return load();});
   var reader=r.body.getReader(),dec=new TextDecoder(),buf='';
   function pump(){return reader.read().then(function(x){
@@ -83,7 +92,7 @@ document.getElementById('f').addEventListener('submit',function(e){e.preventDefa
  var text=input.value.trim();if(!text||busy)return;input.value='';chat(text);});
 input.addEventListener('keydown',function(e){if(e.key==='Enter'&&!e.shiftKey){e.preventDefault();
  document.getElementById('f').requestSubmit();}});
-next.addEventListener('click',function(){api('next',{}).then(function(r){
+next.addEventListener('click',function(){retrying('next',{}).then(function(r){
  if(r.ok){say('');return load();}return err(r).then(say);});});
 load();
 })();
