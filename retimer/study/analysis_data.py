@@ -151,7 +151,9 @@ def collect(records: Iterable[Record], study: str | None = None,
             excluded["ratings with no score"] += 1
             continue
         if s.upstream_bound is True:
-            excluded["responses the upstream paced (upstream-bound)"] += 1
+            waited = s.study is not None and s.study.state_wait_ms is not None
+            excluded["responses late after waiting for the study's state database (upstream-bound)" if waited
+                     else "responses the upstream paced (upstream-bound)"] += 1
             continue
         assert s.participant is not None and s.condition is not None and s.unit is not None
         rows.append(Rated(participant=s.participant, condition=s.condition, position=s.unit,

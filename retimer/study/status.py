@@ -54,6 +54,9 @@ class StudyStatus:
     units: int = 0
     ratings: int = 0
     untimed: int = 0  # streams that named no participant or found the state unavailable
+    waited: int = 0  # unit streams whose request waited for the state database (state_wait_ms)
+    waited_late: int = 0  # of those, the ones that came late (upstream-bound: left out)
+    longest_wait_ms: float = 0.0
     conditions: list[ConditionStatus] = field(default_factory=list)
     other_studies: int = 0  # records of other studies in the logs, left out
     positions: dict[int, Counter[str]] = field(default_factory=dict)  # unit -> conditions
@@ -62,6 +65,8 @@ class StudyStatus:
     def as_json(self) -> dict[str, object]:
         return {"study": self.study, "participants": self.participants, "finished": self.finished,
                 "units": self.units, "ratings": self.ratings, "untimed": self.untimed,
+                "state_waits": {"units": self.waited, "late": self.waited_late,
+                                "longest_ms": self.longest_wait_ms},
                 "other_studies": self.other_studies,
                 "conditions": [vars(c) for c in self.conditions],
                 "positions": {str(k): dict(v) for k, v in sorted(self.positions.items())},
@@ -113,6 +118,10 @@ def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
                 status.positions.setdefault(unit, Counter())[condition] += 1
             if r.upstream_bound is True:
                 entry.excluded += 1
+            if tags.state_wait_ms is not None:
+                status.waited += 1
+                status.waited_late += r.upstream_bound is True
+                status.longest_wait_ms = max(status.longest_wait_ms, tags.state_wait_ms)
             level = tags.level
             if design.staircase is not None and level is not None:
                 status.stairs.setdefault(participant, StairProgress()).units.setdefault(unit, float(level))
@@ -189,6 +198,10 @@ def _left_out(status: StudyStatus) -> list[str]:
     if status.untimed:
         lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
                      "unavailable)")
+    if status.waited:
+        lines.append(f"{_n(status.waited, 'unit')} waited for the study's state database (the "
+                     f"longest {status.longest_wait_ms / 1000:.1f} s); {status.waited_late} of them "
+                     "late (upstream-bound, left out of the analysis)")
     if status.other_studies:
         lines.append(f"{status.other_studies} records of other studies left out")
     return lines

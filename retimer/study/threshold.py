@@ -147,7 +147,9 @@ def collect_trials(records: Iterable[Record], study: str,
             continue
         r = units[key]
         if r.upstream_bound is True:
-            excluded["units the upstream paced (upstream-bound)"] += 1
+            waited = r.study is not None and r.study.state_wait_ms is not None
+            excluded["units late after waiting for the study's state database (upstream-bound)"
+                     if waited else "units the upstream paced (upstream-bound)"] += 1
             continue
         assert r.study is not None and r.study.level is not None  # only such units were kept
         level = float(r.study.level)

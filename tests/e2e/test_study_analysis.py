@@ -178,6 +178,12 @@ def test_what_is_left_out_is_counted_and_said() -> None:
         1 if any(r.id == "P1-0" and r.upstream_bound for r in streams) else 0)
     assert data.excluded["ratings of responses not in the log(s)"] == 1
     assert data.unrated == ["P99"]
+    waited = [dataclasses.replace(r, study=dataclasses.replace(r.study, state_wait_ms=900.0))
+              if isinstance(r, StreamRecord) and r.upstream_bound and r.study else r for r in records]
+    again = collect(waited).excluded  # the same streams, late after a wait for the state
+    assert again["responses late after waiting for the study's state database (upstream-bound)"] \
+        == data.excluded["responses the upstream paced (upstream-bound)"]
+    assert "responses the upstream paced (upstream-bound)" not in again
     analysis = analyze(data)
     line = summary_line(analysis, analysis.comparisons[0])
     assert line.startswith("slow was rated ") and " points lower than fast on speed, 95 % CI " in line

@@ -365,19 +365,24 @@ def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
         {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},
         {"study": "page-study", "participant": "P1", "condition": first, "unit": 0},  # a retry
         {"study": "page-study", "participant": "P1", "condition": other, "unit": 1,
-         "upstream_bound": True},
+         "upstream_bound": True, "state_wait_ms": 2512.0},  # late after a wait for the state
+        {"study": "page-study", "participant": "P2", "condition": first, "unit": 0,
+         "state_wait_ms": 80.0},  # a short wait: on time
         {"type": "rating", "stream": "s3", "study": "page-study", "participant": "P1",
          "condition": other},
         {"study": "page-study", "participant": None, "condition": None, "unit": None},
         {"study": "another", "participant": "P9", "condition": "x", "unit": 0},
     ])
     status = summarize(design, records)
-    assert (status.participants, status.finished, status.units, status.ratings) == (1, 0, 2, 1)
+    assert (status.participants, status.finished, status.units, status.ratings) == (2, 0, 3, 1)
     by = {c.name: c for c in status.conditions}
-    assert (by[first].units, by[first].streams, by[other].excluded, by[other].ratings) == (1, 2, 1, 1)
+    assert (by[first].units, by[first].streams, by[other].excluded, by[other].ratings) == (2, 3, 1, 1)
     assert (status.untimed, status.other_studies) == (1, 1)
+    assert (status.waited, status.waited_late, status.longest_wait_ms) == (2, 1, 2512.0)
     text = "\n".join(status_lines(design, status))
     assert "1 streams untimed" in text and "1 records of other studies left out" in text
+    assert ("2 units waited for the study's state database (the longest 2.5 s); 1 of them late "
+            "(upstream-bound, left out of the analysis)") in text
 
 
 def test_page_state_refuses_a_second_tab_and_each_limit() -> None:

@@ -256,6 +256,10 @@ def test_a_hung_database_stalls_no_stream(tmp_path: Path, fake: FakeLLM) -> None
     p2 = [x for x in lines if "type" not in x and x["participant"] == "P2"]
     assert [(x["unit"], x["condition"]) for x in p2] == [(0, planned(study, "P2", 1)[0])]
     assert p2[0]["state_wait_ms"] > 1000  # it waited for the hung database, and says so
+    status = run_cli("study", str(study), "--status", str(proxy.log_path)).stdout
+    late = int(p2[0]["upstream_bound"])
+    assert (f"1 unit waited for the study's state database (the longest "
+            f"{p2[0]['state_wait_ms'] / 1000:.1f} s); {late} of them late") in status
 
 
 PARTICIPANTS = 40
@@ -363,7 +367,10 @@ def test_forty_participants_through_two_instances_behind_haproxy(
     figures = json.loads(done.stdout)  # the real logs, analysed: a Latin square's model
     bound = sum(1 for s in streams if s["upstream_bound"])  # the upstream set the pace: left out
     assert figures["rated_responses"] == 2 * PARTICIPANTS - bound
-    assert figures["excluded"].get("responses the upstream paced (upstream-bound)", 0) == bound
+    late = sum(1 for s in streams if s["upstream_bound"] and "state_wait_ms" in s)
+    assert figures["excluded"].get("responses the upstream paced (upstream-bound)", 0) == bound - late
+    assert figures["excluded"].get("responses late after waiting for the study's state database (upstream-bound)",
+                                   0) == late
     assert figures["conditions"] == ["brisk", "leisurely"]
     assert [m["target_ttft_ms"] for m in figures["manipulation"]] == [
         pytest.approx(profiles[c].ttft.p50 * 1000) for c in ("brisk", "leisurely")]
