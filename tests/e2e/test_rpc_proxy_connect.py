@@ -227,8 +227,12 @@ def test_a_connect_stream_is_split_paced_and_keeps_its_trailers(connect_chat: Se
     # never sooner than the profile's TTFT; a loaded machine only makes it later (400 ms seen
     # for 300 under a CPU hog), and an unpaced stream would be a few ms
     assert TTFT_MS - 5 <= record["emitted"]["ttft_ms"] < TTFT_MS + 1000
-    # the profile's rate, never faster; a CPU hog made it 5.4 % slower once
-    assert TPS * 0.75 <= record["emitted"]["tps"] <= TPS * 1.05
+    # the profile's rate, never faster: the last token never before its due time (the rate
+    # between the first and last token may read higher when a loaded machine made the first
+    # late: 55 tok/s seen for 50 under a CPU hog), and not much slower (5.4 % seen)
+    due_ms = TTFT_MS + (record["emitted"]["tokens"] - 1) / TPS * 1000
+    assert record["emitted"]["duration_ms"] >= due_ms - 5
+    assert TPS * 0.75 <= record["emitted"]["tps"]
     assert record["emitted"]["tokens"] == record["upstream"]["tokens"] == len(call.got)
     assert record["upstream"]["duration_ms"] < record["emitted"]["duration_ms"] / 4  # it was held
     assert call.seconds * 1000 >= record["emitted"]["duration_ms"] * 0.9
