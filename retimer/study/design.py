@@ -327,6 +327,8 @@ def _parse(data: object, base_dir: str) -> StudyDesign:
         page = parse_page(data.get("page"))
     except (ParticipantError, PageError) as e:
         raise StudyError(str(e)) from None
+    if participants.beside_page and page is None:
+        raise StudyError("participants.beside_page: applies to a hosted study (page:) only")
     staircase: StaircaseSettings | None = None
     if "staircase" in data:
         staircase = _staircase(data, unit, counter, block, ratings, page)

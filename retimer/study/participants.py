@@ -14,6 +14,11 @@ Study file section (every key optional)::
       header: X-Retimer-Participant   # the header naming a request's participant
       roster: roster.csv              # participant,key rows (or a YAML mapping participant: key)
       unidentified: refuse            # refuse | pass
+      beside_page: false              # with `page:`, also take requests named by header or roster
+
+A hosted study (`page:`) takes its participants from the page's signed cookie only: its other
+requests name nobody, whatever header or key they carry (anyone on the internet can set a
+header), unless `beside_page: true` lets a front end of the researcher's own name them too.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ __all__ = ["DEFAULT_HEADER", "Identified", "Invalid", "ParticipantPolicy", "Rost
 
 DEFAULT_HEADER = "X-Retimer-Participant"
 POLICIES = ("refuse", "pass")
-KEYS = ("header", "roster", "unidentified")
+KEYS = ("header", "roster", "unidentified", "beside_page")
 _HEADER = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,63}")
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _BEARER = re.compile(r"\s*(?:bearer|token)\s+(\S+)\s*", re.IGNORECASE)
@@ -68,6 +73,7 @@ class ParticipantPolicy:
     header: str = DEFAULT_HEADER
     roster_path: str = ""  # as written in the study file, made relative to it
     unidentified: str = "refuse"
+    beside_page: bool = False  # with a page: requests outside it may name their participant
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,12 @@ def parse_participants(raw: object, base_dir: str = "") -> ParticipantPolicy:
     roster = roster.strip()
     if roster and not roster.startswith(("/", "~")) and base_dir:
         roster = f"{base_dir.rstrip('/')}/{roster}"
-    return ParticipantPolicy(header=header, roster_path=roster, unidentified=str(unidentified))
+    beside_page = raw.get("beside_page", False)
+    if not isinstance(beside_page, bool):
+        raise ParticipantError(f"participants.beside_page: expected true or false, got "
+                               f"{_show(beside_page)}")
+    return ParticipantPolicy(header=header, roster_path=roster, unidentified=str(unidentified),
+                             beside_page=beside_page)
 
 
 def parse_roster(text: str, yaml_data: object | None, secret: bytes) -> Roster:

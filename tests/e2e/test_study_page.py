@@ -322,6 +322,12 @@ def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) 
         third = p1.post("/study/api/chat", json={"text": "third"})
         assert third.status_code == 429 and "limit of 2 messages" in third.json()["error"]
         assert p1.post("/study/api/chat", json={"text": "x" * 5000}).status_code == 400
+        # outside the page a header names nobody (anyone can set it): refused, nothing upstream
+        direct = anon.post("/v1/chat/completions", headers={"X-Retimer-Participant": "P1"},
+                           json={"model": "gpt-4o", "max_tokens": 1_000_000, "stream": True,
+                                 "messages": [{"role": "user", "content": "hi"}]})
+        assert direct.status_code == 403
+        assert "outside the study page" in direct.json()["error"]["message"]
         time.sleep(0.3)
         lines = log_lines(proxy)
         served = fake.requests

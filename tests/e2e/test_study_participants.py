@@ -45,6 +45,7 @@ pytestmark = pytest.mark.fake_llm(openai=TEXT, anthropic=TEXT, bursts=2)
     ({"header": "X Participant"}, "participants.header: expected a header name"),
     ({"unidentified": "allow"}, "participants.unidentified: expected one of refuse, pass"),
     ({"roster": 7}, "participants.roster: expected a file's path"),
+    ({"beside_page": "yes"}, "participants.beside_page: expected true or false"),
 ])
 def test_participants_section_errors_name_the_key(raw: object, needle: str) -> None:
     with pytest.raises(ParticipantError, match=needle):
@@ -53,6 +54,15 @@ def test_participants_section_errors_name_the_key(raw: object, needle: str) -> N
             "participants": raw}
     with pytest.raises(StudyError, match=f"^study.yaml: {needle}"):
         parse_study(data, "study.yaml")
+
+
+def test_beside_page_needs_a_page() -> None:
+    data = {"name": "s", "seed": 1, "unit": "request", "conditions": ["cerebras", "gpt-5"],
+            "participants": {"beside_page": True}}
+    with pytest.raises(StudyError, match="^study.yaml: participants.beside_page: applies to a "
+                                         "hosted study"):
+        parse_study(data, "study.yaml")
+    assert parse_participants(None).beside_page is False  # off unless the study file says so
 
 
 def test_participants_section_defaults_and_paths() -> None:

@@ -145,7 +145,8 @@ def slow_study(tmp: Path) -> Path:
     while one is playing."""
     path = write_study(tmp)
     study = yaml.safe_load(path.read_text())
-    path.write_text(yaml.safe_dump({**study, "conditions": SLOW}))
+    path.write_text(yaml.safe_dump({**study, "conditions": SLOW,  # API clients beside the page
+                                    "participants": {"beside_page": True}}))
     return path
 
 

@@ -51,6 +51,7 @@ from retimer.study.participants import (
     Identified,
     Invalid,
     Roster,
+    Unidentified,
     identify,
 )
 from retimer.study.staircase import position_after
@@ -208,11 +209,17 @@ class Study:
 
     def _identify(self, flow: http.HTTPFlow, design: StudyDesign) -> str | None:
         """The request's participant; None when it names nobody usable, after refusing it or
-        marking it to pass through untimed, as the study's policy says."""
+        marking it to pass through untimed, as the study's policy says. A hosted study's
+        requests outside its page name nobody (the page's cookie does), unless the study
+        file's `participants.beside_page` lets a header or roster name them."""
         req = flow.request
         policy = design.participants
         headers = {k.lower(): v for k, v in req.headers.items()}
-        who = identify(policy, self.roster, headers, dict(req.query))
+        if design.page is not None and not policy.beside_page:
+            who: Identified | Unidentified | Invalid = Unidentified(
+                "a request outside the study page (participants.beside_page is off)")
+        else:
+            who = identify(policy, self.roster, headers, dict(req.query))
         req.headers.pop(policy.header, None)  # the participant's id never goes upstream
         if isinstance(who, Identified):
             try:
