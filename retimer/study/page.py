@@ -26,7 +26,9 @@ Study file section::
         - {name: speed, low: very slow, high: very fast}
       slow_question: true          # also ask "Did this response feel slow?" (yes/no)
       completion: {code: C0DE, redirect: "https://app.prolific.com/submissions/complete?cc=C0DE"}
-      limits: {turns: 30, output_tokens: 40000, requests_per_minute: 6}
+      limits: {turns: 30, output_tokens: 40000, requests_per_minute: 6,   # per participant
+               study_requests_per_hour: 600, study_output_tokens_per_hour: 400000,
+               new_participants_per_minute: 20}                         # the whole study's
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ APIS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 KEYS = ("api", "model", "key_env", "system", "max_tokens", "participant_params", "title",
         "consent", "tasks", "turns", "scales", "slow_question", "completion", "limits")
-LIMIT_KEYS = ("turns", "output_tokens", "requests_per_minute")
+LIMIT_KEYS = ("turns", "output_tokens", "requests_per_minute", "study_requests_per_hour",
+              "study_output_tokens_per_hour", "new_participants_per_minute")
 DEFAULT_SCALES = (("speed", "very slow", "very fast"), ("quality", "very poor", "excellent"))
 MAX_MESSAGE = 4000  # characters of one message from the page
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -67,11 +70,15 @@ class Scale:
 
 @dataclass(frozen=True)
 class Limits:
-    """Per participant; None: no limit."""
+    """None: no limit. The first three are per participant; the rest bound the whole study
+    (participant ids cost nothing to make up: each new one would have a fresh budget)."""
 
     turns: int | None = None
     output_tokens: int | None = None
     requests_per_minute: int | None = None
+    study_requests_per_hour: int | None = None
+    study_output_tokens_per_hour: int | None = None
+    new_participants_per_minute: int | None = None
 
 
 @dataclass(frozen=True)
@@ -208,6 +215,11 @@ def parse_page(raw: object) -> PageSettings | None:
     max_tokens = _count(raw, "max_tokens", 1024, 100000)
     turns = _count(raw, "turns", 1, 100)
     assert max_tokens is not None and turns is not None  # they have defaults
+    needed = len(tasks) * turns
+    if limits.turns is not None and limits.turns < needed:
+        raise PageError(f"page.limits.turns: {limits.turns} messages cannot finish the study: "
+                        f"page.tasks ({len(tasks)}) x page.turns ({turns}) need at least {needed} "
+                        "(more lets a participant ask again after an interrupted reply)")
     return PageSettings(
         model=model, tasks=tuple(t.strip() for t in tasks), api=str(api), key_env=key_env,
         system=_text(raw, "system", ""), max_tokens=max_tokens, participant_params=tuple(params),

@@ -71,6 +71,11 @@ def log_lines(proxy: RetimerProxy) -> list[dict[str, Any]]:
      "page.completion.redirect: expected an https://"),
     ({"model": "m", "tasks": ["a"], "key_env": "not a name"}, "page.key_env"),
     ({"model": "m", "tasks": ["a"], "colour": "red"}, "page.colour: unknown key"),
+    ({"model": "m", "tasks": ["a", "b", "c"], "turns": 2, "limits": {"turns": 5}},
+     "page.limits.turns: 5 messages cannot finish the study: page.tasks .3. x page.turns .2. "
+     "need at least 6"),
+    ({"model": "m", "tasks": ["a"], "limits": {"study_requests_per_hour": 0}},
+     "page.limits.study_requests_per_hour: expected a whole number from 1"),
 ])
 def test_page_section_errors_name_the_key(raw: dict[str, Any], needle: str) -> None:
     with pytest.raises(PageError, match=needle.replace("[", r"\[").replace("]", r"\]")):
@@ -415,6 +420,33 @@ def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
                                       ("assistant", "a long answer")]
     with pytest.raises(PageRefused, match="not one of yours"):
         state.rate("P2", "t3")
+
+
+def test_the_whole_studys_caps_hold_whatever_the_ids() -> None:
+    """Made-up participant ids each get a fresh personal budget: the study-wide caps on
+    upstream calls and output tokens per hour, and on newcomers per minute, do not."""
+    from retimer.proxy.study.page_state import BUSY, PageRefused, PageState
+
+    state = PageState()
+    for i in range(3):
+        state.consent(f"P{i}", 100.0 + i, per_minute=3)
+    with pytest.raises(PageRefused, match="starting this study right now") as full:
+        state.consent("P3", 110.0, per_minute=3)
+    assert full.value.status == 429
+    assert state.consent("P3", 170.0, per_minute=3)  # a minute on, room again
+    caps = {"study_per_hour": 3, "study_tokens_per_hour": 1000}
+    for i in range(3):
+        state.start_turn(f"P{i}", f"t{i}", "hi", 200.0 + i, 2, None, None, None, **caps)
+        state.finish_turn(f"t{i}", "ok", True, 10, now=201.0 + i)
+    with pytest.raises(PageRefused) as calls:
+        state.start_turn("P3", "t3", "hi", 300.0, 2, None, None, None, **caps)
+    assert calls.value.status == 429 and str(calls.value) == BUSY
+    state.start_turn("P3", "t3", "hi", 3900.0, 2, None, None, None, **caps)  # an hour on
+    state.finish_turn("t3", "long", True, 1000, now=3910.0)
+    state.rate("P3", "t3")
+    with pytest.raises(PageRefused, match="limit for the moment"):  # the tokens' cap now
+        state.start_turn("P3", "t4", "more", 3920.0, 2, None, None, None, **caps)
+    state.start_turn("P3", "t4", "more", 7600.0, 2, None, None, None, **caps)
 
 
 def test_finishing_is_noted_once() -> None:

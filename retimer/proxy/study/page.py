@@ -189,7 +189,9 @@ class StudyPage:
                 progress = await self.worker.call(lambda: state.progress(participant), "the page's state")
                 flow.response = json_response(200, self._progress(progress, settings))
             elif route == "api/consent" and method == "POST":
-                if await self.worker.call(lambda: state.consent(participant, time.time()), "a consent"):
+                newcomers = settings.limits.new_participants_per_minute
+                if await self.worker.call(lambda: state.consent(participant, time.time(), newcomers),
+                                          "a consent"):
                     self._note(design, participant, "consented")
                 flow.response = json_response(200, {"ok": True})
             elif route == "api/chat" and method == "POST":
@@ -273,7 +275,9 @@ class StudyPage:
             with state.db.transaction():
                 task = state.start_turn(participant, flow.id, text, now, len(settings.tasks),
                                         limits.turns, limits.output_tokens,
-                                        limits.requests_per_minute)
+                                        limits.requests_per_minute,
+                                        study_per_hour=limits.study_requests_per_hour,
+                                        study_tokens_per_hour=limits.study_output_tokens_per_hour)
                 req.headers.clear()  # nothing of the browser's goes upstream: no cookie, no origin
                 for name, value in sent.items():
                     req.headers[name] = value
@@ -309,7 +313,8 @@ class StudyPage:
         """The turn is over: kept until the database takes it (the page polls till then)."""
         state = self.state
         assert state is not None
-        self.worker.keep(lambda: state.finish_turn(turn, reply, ok, tokens, condition, unit),
+        now = time.time()
+        self.worker.keep(lambda: state.finish_turn(turn, reply, ok, tokens, condition, unit, now),
                          "a reply's end")
 
     def response(self, flow: http.HTTPFlow) -> None:

@@ -27,8 +27,13 @@ CREATE TABLE IF NOT EXISTS page_turns (seq {serial}, turn TEXT UNIQUE NOT NULL,
     participant TEXT NOT NULL, task BIGINT NOT NULL, started DOUBLE PRECISION NOT NULL,
     message TEXT NOT NULL, reply TEXT NOT NULL DEFAULT '', status TEXT NOT NULL DEFAULT 'pending',
     rated BIGINT NOT NULL DEFAULT 0, condition TEXT, unit BIGINT);
-CREATE INDEX IF NOT EXISTS page_turns_by_participant ON page_turns (participant, task, seq)
+CREATE INDEX IF NOT EXISTS page_turns_by_participant ON page_turns (participant, task, seq);
+CREATE INDEX IF NOT EXISTS page_turns_by_start ON page_turns (started);
+CREATE TABLE IF NOT EXISTS page_spend (at DOUBLE PRECISION NOT NULL, tokens BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS page_spend_by_time ON page_spend (at)
 """
+BUSY = ("This study has reached its limit for the moment. Please keep this page open and try "
+        "again in a few minutes.")
 
 
 @dataclass(frozen=True)
@@ -112,22 +117,32 @@ class PageState:
         return str(row[0]) if row else None
 
     # -- changes ---------------------------------------------------------------------------
-    def consent(self, participant: str, now: float) -> bool:
-        """Record the participant's consent; False when it was given before."""
+    def consent(self, participant: str, now: float, per_minute: int | None = None) -> bool:
+        """Record the participant's consent; False when it was given before. Refused while
+        `per_minute` others consented in the last minute (the study-wide cap on newcomers)."""
         with self.db.transaction() as db:
             row = db.execute("SELECT consented FROM page_people WHERE participant = ?",
                              (participant,)).fetchone()
             if row and row[0] is not None:
                 return False
+            if per_minute is not None:
+                (recent,) = db.execute("SELECT COUNT(*) FROM page_people WHERE consented > ?",
+                                       (now - 60,)).fetchone()
+                if recent >= per_minute:
+                    raise PageRefused(429, "Many people are starting this study right now. "
+                                      "Please wait a minute, then press the button again.")
             db.execute("INSERT INTO page_people (participant, consented) VALUES (?, ?) "
                        "ON CONFLICT (participant) DO UPDATE SET consented = excluded.consented",
                        (participant, now))
         return True
 
     def start_turn(self, participant: str, turn: str, message: str, now: float, tasks: int,
-                   max_turns: int | None, max_tokens: int | None, per_minute: int | None) -> int:
+                   max_turns: int | None, max_tokens: int | None, per_minute: int | None, *,
+                   study_per_hour: int | None = None, study_tokens_per_hour: int | None = None,
+                   ) -> int:
         """Begin a turn of the participant's current task (its number is returned), or refuse
-        it: no consent yet, finished, a reply still coming (another tab), a limit reached."""
+        it: no consent yet, finished, a reply still coming (another tab), a limit reached (the
+        participant's, or the whole study's upstream calls or output tokens in the last hour)."""
         with self.db.transaction() as db:
             if (again := db.execute("SELECT task FROM page_turns WHERE turn = ? AND participant = "
                                     "?", (turn, participant)).fetchone()) is not None:
@@ -163,13 +178,25 @@ class PageState:
                 if recent >= per_minute:
                     raise PageRefused(429, f"Please wait a moment: at most {per_minute} messages "
                                       "a minute.")
+            if study_per_hour is not None:
+                (calls,) = db.execute("SELECT COUNT(*) FROM page_turns WHERE started > ?",
+                                      (now - 3600,)).fetchone()
+                if calls >= study_per_hour:
+                    raise PageRefused(429, BUSY)
+            if study_tokens_per_hour is not None:
+                (spent,) = db.execute("SELECT COALESCE(SUM(tokens), 0) FROM page_spend WHERE at > ?",
+                                      (now - 3600,)).fetchone()
+                if spent >= study_tokens_per_hour:
+                    raise PageRefused(429, BUSY)
             db.execute("INSERT INTO page_turns (turn, participant, task, started, message) "
                        "VALUES (?, ?, ?, ?, ?)", (turn, participant, task, now, message))
         return int(task)
 
     def finish_turn(self, turn: str, reply: str, ok: bool, tokens: int,
-                    condition: str | None = None, unit: int | None = None) -> None:
-        """The reply ended (`ok`: whole); its text joins the history, its tokens the count."""
+                    condition: str | None = None, unit: int | None = None,
+                    now: float | None = None) -> None:
+        """The reply ended (`ok`: whole) at `now` (default: its start); its text joins the
+        history, its tokens the participant's count and the study's spend."""
         with self.db.transaction() as db:
             row = db.execute("SELECT participant FROM page_turns WHERE turn = ? AND status = "
                              "'pending'", (turn,)).fetchone()
@@ -179,6 +206,10 @@ class PageState:
                        "WHERE turn = ?", (reply, "done" if ok else "broken", condition, unit, turn))
             db.execute("UPDATE page_people SET tokens = tokens + ? WHERE participant = ?",
                        (max(tokens, 0), row[0]))
+            if tokens > 0:
+                at = now if now is not None else float(db.execute(
+                    "SELECT started FROM page_turns WHERE turn = ?", (turn,)).fetchone()[0])
+                db.execute("INSERT INTO page_spend VALUES (?, ?)", (at, tokens))
 
     def rate(self, participant: str, turn: str) -> Turn:
         """Mark the participant's finished turn rated (once) and return it."""
