@@ -21,6 +21,11 @@ from retimer.records.schema import Record
 logger = logging.getLogger("retimer")
 
 
+def record_line(record: Record) -> str:
+    """The record's line, as the log holds it (without its newline)."""
+    return json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":"))
+
+
 class RecordLog:
     """Appends records to a JSONL file; safe to call from the proxy's event loop.
 
@@ -38,8 +43,7 @@ class RecordLog:
 
     def write(self, record: Record) -> bool:
         """Append the record; False when it could not be written (warned once per kind)."""
-        line = json.dumps(record.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-        data = line.encode("utf-8")
+        data = (record_line(record) + "\n").encode("utf-8")
         with self._lock:
             try:
                 if self._fd is None:

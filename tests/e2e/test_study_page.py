@@ -422,6 +422,24 @@ def test_page_state_refuses_a_second_tab_and_each_limit() -> None:
         state.rate("P2", "t3")
 
 
+def test_one_admin_token_per_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Derived from the study's page secret and name: instances on two machines (two confdirs)
+    that share the secret take the same token, another study another; the environment's
+    token wins; the confdir's file says it, readable by its owner only."""
+    from retimer.proxy.study.page import ADMIN_ENV, admin_token
+
+    monkeypatch.delenv(ADMIN_ENV, raising=False)
+    secret = b"a shared study secret, 32 bytes.."
+    one, two = (admin_token(secret, "dinner", str(tmp_path / d)) for d in ("a", "b"))
+    assert one == two and len(one) == 32
+    assert admin_token(secret, "lunch", str(tmp_path / "a")) != one
+    assert admin_token(b"another secret, just as long....", "dinner", str(tmp_path / "c")) != one
+    assert (tmp_path / "b" / "study-admin-token").read_bytes().strip() == one
+    assert (tmp_path / "b" / "study-admin-token").stat().st_mode & 0o077 == 0
+    monkeypatch.setenv(ADMIN_ENV, "t" * 20)
+    assert admin_token(secret, "dinner", str(tmp_path / "a")) == b"t" * 20
+
+
 def test_the_whole_studys_caps_hold_whatever_the_ids() -> None:
     """Made-up participant ids each get a fresh personal budget: the study-wide caps on
     upstream calls and output tokens per hour, and on newcomers per minute, do not."""

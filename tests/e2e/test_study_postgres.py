@@ -331,6 +331,9 @@ def test_forty_participants_through_two_instances_behind_haproxy(
         sessions = asyncio.run(run_participants(lb.url, ids))
         time.sleep(0.5)
         lines_a, lines_b = records(a), records(b)
+        token = (conf / "study-admin-token").read_text().strip()
+        views = [httpx.get(f"{x.url}/study/admin.json", timeout=30,
+                           headers={"authorization": f"Bearer {token}"}).json() for x in (a, b)]
     assert [s["errors"] for s in sessions] == [[]] * PARTICIPANTS
     assert [s["code"] for s in sessions] == ["PGDONE"] * PARTICIPANTS
     lines = lines_a + lines_b
@@ -362,6 +365,14 @@ def test_forty_participants_through_two_instances_behind_haproxy(
         f"study hosted-pg: {PARTICIPANTS} participants started, {PARTICIPANTS} finished; "
         f"{2 * PARTICIPANTS} units, {2 * PARTICIPANTS} ratings")
     assert "balance: every unit has the condition the design gives it" in status.stdout
+    # one study, one view: each instance's admin view and --status on the shared state give the
+    # whole study's figures (each instance's log holds only its own part)
+    for view in views:
+        assert (view["participants"], view["finished"], view["units"], view["ratings"]) == (
+            PARTICIPANTS, PARTICIPANTS, 2 * PARTICIPANTS, 2 * PARTICIPANTS)
+    assert views[0]["conditions"] == views[1]["conditions"]
+    shared = run_cli("study", str(study), "--status", "--study-state", fresh)
+    assert shared.stdout == status.stdout, shared.stderr
     done = run_cli("study", "analyze", str(a.log_path), str(b.log_path), "--study", str(study),
                    "--json")
     assert done.returncode == 0, done.stderr

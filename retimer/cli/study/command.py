@@ -54,7 +54,8 @@ def parser() -> OneLineParser:
     p.add_argument("--status", nargs="*", metavar="LOG", default=None,
                    help="print where the study stands (participants, units per condition against "
                    "the design, ratings, upstream-bound streams) from its records logs (default: "
-                   "--log's, or ./retimer-study.jsonl) and exit (for the experimenter)")
+                   "with --study-state every instance's records kept there, else --log's, or "
+                   "./retimer-study.jsonl) and exit (for the experimenter)")
     p.set_defaults(**dict.fromkeys(TIMING_OPTIONS))
     return p
 
@@ -85,6 +86,9 @@ def main(argv: list[str]) -> None:
             print_plan(design, args.participant, args.plan)
             return
         if args.status is not None:
+            if not args.status and args.study_state:  # every instance's records, in the state
+                print_status(design, [], shared_state(args.study_state, design.name))
+                return
             logs = args.status or [args.log or (f"retimer-study-{args.participant}.jsonl"
                                                 if args.participant else "retimer-study.jsonl")]
             print_status(design, logs)
@@ -173,15 +177,27 @@ def shared_state(location: str, study: str) -> str:
     return full
 
 
-def print_status(design: StudyDesign, logs: list[str]) -> None:
-    """`--status`: the experimenter's view of the logs (a missing log is one line)."""
-    from retimer.records.reader import LogError, read_logs
+def print_status(design: StudyDesign, logs: list[str], state: str = "") -> None:
+    """`--status`: the experimenter's view of the logs (a missing log is one line), or of the
+    records every instance kept in the shared `state`."""
+    from retimer.records.reader import LogError, read_lines, read_logs
     from retimer.study.status import status_lines, summarize
 
-    try:
-        records = read_logs(logs).records
-    except LogError as e:
-        raise StudyError(f"--status: {e}") from None
+    if state:
+        from retimer.proxy.study.state import SharedState, StateError
+
+        try:
+            shared = SharedState(state, design.name)
+            lines = shared.record_lines()
+            shared.close()
+        except StateError as e:
+            raise StudyError(f"--study-state: {e}") from None
+        records = read_lines(lines, "--study-state").records
+    else:
+        try:
+            records = read_logs(logs).records
+        except LogError as e:
+            raise StudyError(f"--status: {e}") from None
     for line in status_lines(design, summarize(design, records)):
         print(line)
 

@@ -43,8 +43,8 @@ from retimer.proxy.study.state import (
     UnitFields,
 )
 from retimer.proxy.study.stateworker import StateWorker
-from retimer.records.schema import Rating, StreamRecord
-from retimer.records.writer import RecordSource
+from retimer.records.schema import Rating, Record, StreamRecord
+from retimer.records.writer import RecordSource, record_line
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.participants import (
@@ -324,10 +324,13 @@ class Study:
             self.worker.keep(job, "a conversation's link")
 
     def retimer_record(self, record: StreamRecord) -> None:
-        """A stream finished: the latest unit stream is what the rating page offers."""
+        """A stream finished: into the study's shared view; the latest unit stream is what the
+        rating page offers."""
         tags = record.study
-        if self.design is None or tags is None or tags.unit is None \
-                or tags.participant is None:
+        if self.design is None or tags is None or tags.study != self.design.name:
+            return
+        self.share(record)
+        if tags.unit is None or tags.participant is None:
             return
         entry: dict[str, object] = {
             "id": record.id, "stream": record.stream, "study": tags.study,
@@ -336,6 +339,29 @@ class Study:
         participant = tags.participant
         self.worker.keep(lambda: self.state.add_rateable(participant, record.id, entry),
                          "a stream offered for rating")
+
+
+    def share(self, record: Record) -> None:
+        """Keep a study record in the shared state too (with --study-state), so the admin
+        view and `--status` of any instance read the whole study (the logs stay as they are)."""
+        state = self.state
+        if not isinstance(state, SharedState):
+            return
+        if isinstance(record, StreamRecord):
+            key = f"stream {record.id}"
+        elif isinstance(record, Rating):
+            key = f"rating {record.stream} {record.time}"
+        else:
+            key = f"participant {record.participant} {record.event} {record.time}"
+        line = record_line(record)
+        self.worker.keep(lambda: state.add_record(key, line), "a record for the study's view")
+
+    async def shared_records(self) -> list[str] | None:
+        """Every instance's study records as log lines (None: the state is this process's)."""
+        state = self.state
+        if not isinstance(state, SharedState):
+            return None
+        return await self.worker.call(state.record_lines, "the study's records")
 
 
 def _refusal(status: int, message: str) -> http.Response:

@@ -19,6 +19,7 @@ pure rules of retimer.study.page_api; this routes, keeps the state and writes th
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hmac
 import logging
@@ -43,7 +44,7 @@ from retimer.proxy.study.page_state import PageState, Progress
 from retimer.proxy.study.state import SharedState, UnitFields
 from retimer.proxy.study.statedb import StateError, StateUnavailable
 from retimer.proxy.study.stateworker import StateWorker
-from retimer.records.reader import LogError, read_logs
+from retimer.records.reader import LogError, read_lines, read_logs
 from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.records.writer import RecordSource
 from retimer.study.design import StudyDesign, StudyError
@@ -93,6 +94,27 @@ def kept_secret(confdir: str, env: str, name: str) -> bytes:
     return data
 
 
+def admin_token(secret: bytes, study: str, confdir: str) -> bytes:
+    """The admin view's token: `RETIMER_STUDY_ADMIN_TOKEN`, else one derived from the study's
+    page secret and name, so every instance that accepts the study's cookies (the same secret)
+    takes the same token; written to the confdir's `study-admin-token` for the researcher."""
+    if value := os.environ.get(ADMIN_ENV, ""):
+        if len(value) < 16:
+            raise StudyError(f"{ADMIN_ENV}: expected at least 16 characters")
+        return value.encode("utf-8")
+    digest = hmac.new(secret, b"retimer study admin token\0" + study.encode("utf-8"), "sha256")
+    token = base64.urlsafe_b64encode(digest.digest()[:24])
+    folder = Path(confdir).expanduser()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / ADMIN_FILE
+    if not path.exists() or path.read_bytes().strip() != token:
+        tmp = path.with_name(f".{ADMIN_FILE}.{os.getpid()}")
+        tmp.write_bytes(token + b"\n")
+        tmp.chmod(0o600)
+        tmp.replace(path)
+    return token
+
+
 class StudyPage:
     """Serves the study page and turns its messages into the study's upstream calls."""
 
@@ -129,7 +151,7 @@ class StudyPage:
                                  "the researcher's API key upstream (set it to any text for a "
                                  "server that needs none)")
             self.secret = kept_secret(ctx.options.confdir, SECRET_ENV, SECRET_FILE)
-            self.admin = kept_secret(ctx.options.confdir, ADMIN_ENV, ADMIN_FILE)
+            self.admin = admin_token(self.secret, design.name, ctx.options.confdir)
             self.assets = read_assets()
         except StudyError as e:
             raise exceptions.OptionsError(str(e)) from None
@@ -170,7 +192,7 @@ class StudyPage:
                                                            "cache-control": "max-age=3600"})
             return
         if route in ("admin", "admin.json") and flow.request.method == "GET":
-            flow.response = self._admin(flow, design, route == "admin.json")
+            flow.response = await self._admin(flow, design, route == "admin.json")
             return
         participant = self._cookie(flow)
         if participant is None:
@@ -344,21 +366,29 @@ class StudyPage:
         if not log_file.write(record):  # acknowledged only once it is in the log
             self.worker.keep(lambda: state.unrate(participant, turn), "a rating taken back")
             raise PageRefused(503, "The rating could not be saved: please try again.")
+        self.study.share(record)
         await self.study.answered(participant, found.unit, record)
         return json_response(200, {"ok": True})
 
-    def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:
-        """The experimenter's view (retimer.study.status) of this instance's records log, for
-        the bearer of the admin token (`Authorization: Bearer` or `?token=`)."""
+    async def _admin(self, flow: http.HTTPFlow, design: StudyDesign, as_json: bool) -> http.Response:
+        """The experimenter's view (retimer.study.status), for the bearer of the admin token
+        (`Authorization: Bearer` or `?token=`): of the whole study in the shared state (with
+        --study-state: the same figures from any instance), else of this instance's log."""
         auth = flow.request.headers.get("authorization", "")
         given = auth[7:].strip() if auth.lower().startswith("bearer ") else \
             flow.request.query.get("token", "")
         if not given or not hmac.compare_digest(given.encode("utf-8"), self.admin):
             return json_response(401, {"error": f"the admin view needs its token ({ADMIN_ENV}, "
                                                 f"or the confdir's {ADMIN_FILE})"})
-        log_file = self.records()
         records: list[Record] = []
-        if log_file is not None:
+        try:
+            shared = await self.study.shared_records()
+        except StateUnavailable:
+            return json_response(503, {"error": "the study's state is briefly unavailable: "
+                                                "reload in a moment"})
+        if shared is not None:
+            records = read_lines(shared, "the study's state").records
+        elif (log_file := self.records()) is not None:
             with contextlib.suppress(LogError):
                 records = read_logs([log_file.path]).records
         status = summarize(design, records)
@@ -368,9 +398,11 @@ class StudyPage:
 
     def _note(self, design: StudyDesign, participant: str, event: str) -> None:
         """A participant's milestone in the records log (for `--status`)."""
+        record = ParticipantEvent(design.name, participant, event,
+                                  datetime.now(UTC).isoformat(timespec="milliseconds"))
         if (log_file := self.records()) is not None:
-            log_file.write(ParticipantEvent(
-                design.name, participant, event, datetime.now(UTC).isoformat(timespec="milliseconds")))
+            log_file.write(record)
+        self.study.share(record)
 
 
 def _query(flow: http.HTTPFlow) -> str:

@@ -41,6 +41,9 @@ class RatedStudy(Protocol):
     worker: StateWorker  # runs the state's calls
     records: RecordSource  # the records log, which takes the ratings
 
+    def share(self, record: Rating) -> None:
+        """Keep the rating in the study's shared view too."""
+
     async def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written (a staircase study steps on its answer)."""
 
@@ -130,6 +133,7 @@ class RatingPage:
         record = rating_record(stream, scores, now)
         if not log_file.write(record):
             return 503, "the rating could not be written down: try again"
+        self.study.share(record)
         await self.study.answered(participant, stream.get("unit"), record)
         return 200, "Saved. Thank you."
 

@@ -37,7 +37,9 @@ CREATE TABLE IF NOT EXISTS study_rateable (seq {serial}, id TEXT UNIQUE NOT NULL
     participant TEXT NOT NULL, entry TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (participant, seq);
 CREATE TABLE IF NOT EXISTS study_stairs (participant TEXT NOT NULL, unit BIGINT NOT NULL,
-    level BIGINT NOT NULL, answer BIGINT, PRIMARY KEY (participant, unit))
+    level BIGINT NOT NULL, answer BIGINT, PRIMARY KEY (participant, unit));
+CREATE TABLE IF NOT EXISTS study_records (seq {serial}, key TEXT UNIQUE NOT NULL,
+    line TEXT NOT NULL)
 """
 
 # a staircase's next level from the answered units so far: [(level given, slow?)] in unit order
@@ -255,6 +257,16 @@ class SharedState:
             db.execute("UPDATE study_stairs SET answer = ? WHERE participant = ? AND unit = ?",
                        (int(slow), participant, unit))
         return True
+
+    def add_record(self, key: str, line: str) -> None:
+        """A study record (a unit's stream, a rating, a milestone) every instance's view reads;
+        `key` makes a write retried after a lost answer count once."""
+        self.db.execute("INSERT INTO study_records (key, line) VALUES (?, ?) ON CONFLICT (key) "
+                        "DO NOTHING", (key, line))
+
+    def record_lines(self) -> list[str]:
+        """Every instance's study records, in the order they were stored."""
+        return [str(r[0]) for r in self.db.execute("SELECT line FROM study_records ORDER BY seq")]
 
     def stairs(self, participant: str) -> list[tuple[int, int, bool | None]]:
         rows = self.db.execute("SELECT unit, level, answer FROM study_stairs WHERE participant = ? "
