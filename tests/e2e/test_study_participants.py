@@ -222,6 +222,27 @@ def test_six_participants_by_header_get_their_latin_square_rows(tmp_path: Path, 
     assert not [c["name"] for c in CONDITIONS if c["name"] in shown + proxy.stderr()]
 
 
+def test_each_start_on_a_shared_state_draws_its_own_timing(tmp_path: Path, fake: FakeLLM) -> None:
+    """Two starts of the study (instances, or a restart) on one --study-state: each draws its
+    own timing, from a seed its records name; without a shared state the study's seed."""
+    study = write_study(tmp_path)
+    state = str(tmp_path / "state.sqlite")
+    seeds = []
+    for run in ("first", "again"):
+        with ManyProxy(tmp_path / run, study, "--upstream", fake.url, "--study-state", state) as proxy, \
+                httpx.Client(timeout=30) as client:
+            assert post(client, proxy.url, {"X-Retimer-Participant": "P1"}).status_code == 200
+            (record,) = proxy.records(1)
+            seeds.append(record["seed"])
+    with ManyProxy(tmp_path / "memory", study, "--upstream", fake.url) as proxy, \
+            httpx.Client(timeout=30) as client:
+        post(client, proxy.url, {"X-Retimer-Participant": "P1"})
+        (plain,) = proxy.records(1)
+    design, _ = load_study(str(study))
+    assert plain["seed"] == design.timing_seed("")
+    assert len(set(seeds)) == 2 and plain["seed"] not in seeds
+
+
 def test_requests_naming_nobody_refused_or_passed_untimed(tmp_path: Path, fake: FakeLLM) -> None:
     study = write_study(tmp_path)
     with ManyProxy(tmp_path / "r", study, "--upstream", fake.url) as proxy, \

@@ -371,6 +371,9 @@ def test_forty_participants_through_two_instances_behind_haproxy(
         assert (view["participants"], view["finished"], view["units"], view["ratings"]) == (
             PARTICIPANTS, PARTICIPANTS, 2 * PARTICIPANTS, 2 * PARTICIPANTS)
     assert views[0]["conditions"] == views[1]["conditions"]
+    # each instance draws its own timing (the study's seed and the number the state gave it)
+    seeds = [{s["seed"] for s in part if "type" not in s} for part in (lines_a, lines_b)]
+    assert len(seeds[0]) == len(seeds[1]) == 1 and seeds[0] != seeds[1]
     shared = run_cli("study", str(study), "--status", "--study-state", fresh)
     assert shared.stdout == status.stdout, shared.stderr
     done = run_cli("study", "analyze", str(a.log_path), str(b.log_path), "--study", str(study),

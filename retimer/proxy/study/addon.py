@@ -20,6 +20,7 @@ with `retimer study --workers N` in one sqlite3 file all the run's workers share
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -80,6 +81,7 @@ class Study:
         self.passthrough: Profile | None = None  # for requests naming nobody, policy pass
         self.state: MemoryState | SharedState = MemoryState()
         self.worker = StateWorker(None)  # the state's calls (off the event loop for a database)
+        self.instance_seed: int | None = None  # the seed this start draws from, with a shared state
         self.warned: set[str] = set()
         self.rating_page = RatingPage(self)
 
@@ -129,6 +131,23 @@ class Study:
             raise exceptions.OptionsError(str(e)) from None
         self._reset(design.name)
         self.design, self.profiles, self.participant = design, profiles, participant
+        self._instance_seed()
+
+    def _instance_seed(self) -> None:
+        """With a shared state, each start of an instance or worker draws its own timing: the
+        seed becomes the study's seed and a number the state hands out once (the record's
+        `seed` says it, so any stream's draw can be made again; a restart draws anew). Without
+        one, or with no seed (drawn at random per process), nothing changes."""
+        seed = ctx.options.retimer_seed
+        if not isinstance(self.state, SharedState) or seed < 0 or seed == self.instance_seed:
+            return
+        try:
+            instance = self.state.next_instance()
+        except StateUnavailable as e:
+            raise exceptions.OptionsError(f"--study-state: {e}") from None
+        digest = hashlib.blake2b(f"{seed}/{instance}".encode(), digest_size=4).digest()
+        self.instance_seed = int.from_bytes(digest, "big") & 0x7FFF_FFFF
+        ctx.options.update(retimer_seed=self.instance_seed)
 
     # -- assignment ------------------------------------------------------------------------
     async def request(self, flow: http.HTTPFlow) -> None:

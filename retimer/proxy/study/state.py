@@ -185,6 +185,16 @@ class SharedState:
                        (participant, index + 1))
         return index
 
+    def next_instance(self) -> int:
+        """A number no other start of any instance or worker of the study got (1, 2, ...)."""
+        with self.db.transaction() as db:
+            row = db.one("SELECT value FROM study_counters WHERE participant = '' AND name = "
+                         "'instances'")
+            number = (int(str(row[0])) if row else 0) + 1
+            db.execute("INSERT INTO study_counters VALUES ('', 'instances', ?) ON CONFLICT "
+                       "(participant, name) DO UPDATE SET value = excluded.value", (number,))
+        return number
+
     def conversation(self, participant: str, key: str) -> int:
         with self.db.transaction() as db:
             row = db.one("SELECT idx FROM study_conversations WHERE participant = ? AND key = ?",
