@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable
 
@@ -104,6 +105,15 @@ SUBCOMMANDS: dict[str, Callable[[str, list[str]], None]] = {
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:  # `retimer export LOG | head`: the reader had enough
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error as Python flushes stdout
+        sys.exit(1)
+
+
+def _main(argv: list[str] | None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and (command := SUBCOMMANDS.get(argv[0])) is not None:
         command(argv[0], argv[1:])

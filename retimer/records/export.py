@@ -19,7 +19,7 @@ from retimer.records.schema import StreamRecord
 __all__ = ["COLUMNS", "columns", "csv_cell", "exported", "rows", "scales"]
 
 COLUMNS = (
-    "time", "stream_id", "study", "participant", "condition", "unit", "conversation", "level",
+    "time", "stream_id", "study", "participant", "condition", "unit", "task", "conversation", "level",
     "protocol", "profile", "effective_profile", "target_ttft_ms", "target_tps", "ttft_ms", "ttfat_ms", "tps",
     "tokens", "upstream_bound", "upstream_wait_ms", "outcome", "rating_speed", "rating_quality",
     "rating_slow",
@@ -60,6 +60,7 @@ def rows(log: Log) -> Iterator[dict[str, object]]:
     """One dict per stream, keyed by columns(log), cells ready for csv."""
     own = scales(log)
     all_scores = log.scores()
+    tasks = {r.stream: r.task for r in log.ratings if r.task is not None}  # a study page's task
     for s in exported(log):
         emitted = s.emitted
         assert emitted is not None  # exported() keeps only such streams
@@ -68,7 +69,7 @@ def rows(log: Log) -> Iterator[dict[str, object]]:
         row = {
             "time": s.time or None, "stream_id": s.id, "study": study.study if study else None,
             "participant": s.participant, "condition": s.condition, "unit": s.unit,
-            "conversation": study.conversation if study else None,
+            "task": tasks.get(s.id), "conversation": study.conversation if study else None,
             "level": study.level if study else None,
             "protocol": s.protocol, "profile": s.profile,
             # what ran: the name plus overrides (older logs: the base name)

@@ -6,6 +6,8 @@ page is safe to put on the internet (signed cookie, same-origin actions, limits)
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -354,7 +356,7 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
 
     stream = {"id": "s1", "emitted": {"ttft_ms": 50.0}, "participant": "P1", "condition": "a",
               "unit": 0, "study": "x"}
-    rating = {"type": "rating", "stream": "s1", "participant": "P1", "unit": 0, "task": 0,
+    rating = {"type": "rating", "stream": "s1", "participant": "P1", "unit": 0, "task": 1,
               "speed": 3, "effort": 6, "slow": True}
     out = io.StringIO()
     write_csv(read_lines([json.dumps(stream), json.dumps(rating)]), out)
@@ -362,6 +364,18 @@ def test_export_has_the_page_scales_and_slow(tmp_path: Path) -> None:
     assert (row["rating_speed"], row["rating_quality"], row["rating_slow"], row["rating_effort"]) == (
         "3", "", "true", "6")
     assert "rating_task" not in row and "rating_unit" not in row
+    assert row["task"] == "1"  # the study page's task the rated response answered
+
+
+def test_export_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    """`retimer export LOG | head -1`: the reader stops early; no traceback, no second error."""
+    line = json.dumps({"id": "s", "emitted": {"ttft_ms": 5.0}, "participant": "P1"})
+    log = tmp_path / "big.jsonl"
+    log.write_text("".join(line.replace('"s"', f'"s{i}"') + "\n" for i in range(50_000)))
+    result = subprocess.run(f"{sys.executable} -m retimer export {log} | head -1", shell=True,
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.startswith("time,stream_id,") and result.stdout.count("\n") == 1
+    assert result.stderr == "", result.stderr
 
 
 def test_status_counts_units_ratings_and_exclusions(tmp_path: Path) -> None:
