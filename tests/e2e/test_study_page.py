@@ -6,6 +6,7 @@ page is safe to put on the internet (signed cookie, same-origin actions, limits)
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
 import sys
 import time
@@ -279,6 +280,58 @@ def test_the_page_rides_out_a_503_and_sends_the_message_once(tmp_path: Path, fak
     assert len(fake.requests) == 1  # one message, sent once
     streams = [x for x in lines if "type" not in x]
     assert [(s["participant"], s["unit"]) for s in streams] == [("P4", 0)]
+
+
+def _timed_reply(client: httpx.Client) -> tuple[float, list[float]]:
+    """A chat message's reply: (its first byte, every read), seconds from the send."""
+    sent = time.monotonic()
+    reads: list[float] = []
+    with client.stream("POST", "/study/api/chat", json={"text": "What can I cook?"}) as reply:
+        assert reply.status_code == 200, reply.read()
+        for _ in reply.iter_raw():
+            reads.append(time.monotonic() - sent)
+    return reads[0], reads
+
+
+def _bursts(reads: list[float], gap: float = 0.04) -> int:
+    """Reads that came after a pause: what a bunching front end would merge."""
+    return 1 + sum(1 for a, b in zip(reads, reads[1:], strict=False) if b - a > gap)
+
+
+def test_the_documented_front_end_adds_no_bunching(tmp_path: Path, fake: FakeLLM) -> None:
+    """The front end docs/studies.md gives (HAProxy in HTTP mode with http-no-delay, TLS ended
+    there, the study's paths only, X-Forwarded-Proto): a reply's first byte and its gaps
+    through it are those of the same reply straight from retimer; its cookie is Secure; other
+    paths and the participant header never reach retimer."""
+    from tests.support.balancer import StudyFront
+
+    same = {"profile": "gpt-5", "ttft": "300ms", "tps": 12, "jitter": 0}  # either condition
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "front", "seed": 3, "unit": "conversation",
+        "conditions": [{"name": "a", **same}, {"name": "b", **same}],
+        "page": {"model": "study-model", "tasks": TASKS, "completion": {"code": "FRONT"}}}))
+    with PageProxy(tmp_path / "p", study, fake.url) as proxy, \
+            StudyFront(tmp_path / "front", {"a": proxy.port}) as front, \
+            httpx.Client(base_url=front.url, verify=ssl.create_default_context(cafile=front.ca),
+                         timeout=30) as outside, \
+            httpx.Client(base_url=proxy.url, timeout=30) as inside:
+        link = outside.get("/study/?participant=P1")
+        inside.get("/study/?participant=P2")
+        for client in (outside, inside):
+            assert client.post("/study/api/consent", json={}).status_code == 200
+        through, direct = _timed_reply(outside), _timed_reply(inside)
+        served = len(fake.requests)
+        other = outside.post("/v1/chat/completions", json={"model": "m", "messages": []},
+                             headers={"X-Retimer-Participant": "P1"})
+        assert len(fake.requests) == served  # the front end never passed it on
+    assert link.status_code == 303 and link.headers["set-cookie"].endswith("; Secure")
+    assert other.status_code == 404
+    (first_through, reads_through), (first_direct, reads_direct) = through, direct
+    assert _bursts(reads_direct) >= 10  # the reply came in many paced pieces
+    assert _bursts(reads_through) >= _bursts(reads_direct) - 1, (reads_through, reads_direct)
+    assert abs(first_through - first_direct) < 0.2  # the TLS hop adds no wait worth a pause
+    assert abs(reads_through[-1] - reads_direct[-1]) < 0.3
 
 
 # ------------------------------------------------------------------ safe on the internet

@@ -150,3 +150,77 @@ class HAProxy:
                 return
             time.sleep(0.05)
         raise TimeoutError(f"haproxy servers {seen}, wanted {wanted}")
+
+
+# a hosted study's front end, as docs/studies.md gives it: TLS ended here, HTTP mode with
+# http-no-delay (each chunk forwarded at once), only the study's paths, X-Forwarded-Proto for the
+# Secure cookie, the participant header stripped; the TCP check (reverse mode has no /health)
+STUDY_CONFIG = """\
+global
+    maxconn 512
+    stats socket {socket} mode 600 level admin
+
+defaults
+    mode http
+    option http-no-delay
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+    timeout http-request 10s
+
+frontend study
+    bind 127.0.0.1:{port} ssl crt {pem}
+    http-request deny deny_status 404 unless {{ path /study }} || {{ path_beg /study/ }}
+    http-request set-header X-Forwarded-Proto https
+    http-request del-header X-Retimer-Participant
+    default_backend retimers
+
+backend retimers
+    balance roundrobin
+{servers}
+"""
+
+
+def self_signed(folder: Path, host: str = "localhost") -> tuple[Path, Path]:
+    """A self-signed certificate for `host`: (HAProxy's PEM, cert and key; the cert alone)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_pem = cert.public_bytes(serialization.Encoding.PEM)
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    folder.mkdir(parents=True, exist_ok=True)
+    pem, crt = folder / "front.pem", folder / "front.crt"
+    pem.write_bytes(cert_pem + key_pem)
+    crt.write_bytes(cert_pem)
+    return pem, crt
+
+
+class StudyFront(HAProxy):
+    """HAProxy as a hosted study's HTTPS front end (STUDY_CONFIG) over `servers`; `ca` is the
+    certificate a client trusts to reach it at `url` (https://localhost:PORT)."""
+
+    def __init__(self, tmp: Path, servers: dict[str, int]) -> None:
+        super().__init__(tmp, servers)
+        self.pem, self.ca = self_signed(tmp)
+        lines = "\n".join(SERVER.format(name=n, port=p) for n, p in servers.items())
+        self.config.write_text(STUDY_CONFIG.format(socket=self.socket, port=self.port,
+                                                   pem=self.pem, servers=lines))
+
+    @property
+    def url(self) -> str:
+        return f"https://localhost:{self.port}"
