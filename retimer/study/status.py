@@ -17,8 +17,10 @@ from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecor
 from retimer.study.design import StudyDesign, williams_square
 from retimer.study.staircase import StaircaseSettings, position_after
 
-__all__ = ["ConditionStatus", "StairProgress", "StudyStatus", "status_lines", "summarize"]
-SHOWN = 30  # participants listed by name in a staircase's status
+__all__ = ["IDLE_S", "ConditionStatus", "IdleParticipant", "StairProgress", "StudyStatus",
+           "status_lines", "summarize"]
+SHOWN = 30  # participants listed by name in a staircase's status (and idle ones)
+IDLE_S = 600.0  # a participant with no new message for this long is listed as idle
 
 
 @dataclass
@@ -46,6 +48,14 @@ class StairProgress:
         return stairs.levels[walked.level], len(walked.reversals), walked.done
 
 
+@dataclass(frozen=True)
+class IdleParticipant:
+    participant: str
+    task: int
+    waiting: str  # "a reply", "a rating", "a message"
+    idle_s: float
+
+
 @dataclass
 class StudyStatus:
     study: str
@@ -61,6 +71,8 @@ class StudyStatus:
     other_studies: int = 0  # records of other studies in the logs, left out
     positions: dict[int, Counter[str]] = field(default_factory=dict)  # unit -> conditions
     stairs: dict[str, StairProgress] = field(default_factory=dict)  # a staircase's participants
+    # the study page's idle participants (its state, not the records): who may be stuck, where
+    idle: list[IdleParticipant] = field(default_factory=list)
 
     def as_json(self) -> dict[str, object]:
         return {"study": self.study, "participants": self.participants, "finished": self.finished,
@@ -71,7 +83,8 @@ class StudyStatus:
                 "conditions": [vars(c) for c in self.conditions],
                 "positions": {str(k): dict(v) for k, v in sorted(self.positions.items())},
                 "staircase": {p: {"units": len(s.units), "answered": len(s.answers)}
-                              for p, s in sorted(self.stairs.items())}}
+                              for p, s in sorted(self.stairs.items())},
+                "idle": [vars(i) for i in self.idle]}
 
 
 def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
@@ -193,8 +206,13 @@ def _stair_lines(stairs: StaircaseSettings, status: StudyStatus) -> list[str]:
 
 
 def _left_out(status: StudyStatus) -> list[str]:
-    """What the figures above do not count."""
+    """What the figures above do not count, and who has been idle."""
     lines = []
+    if status.idle:
+        shown = "; ".join(f"{i.participant} (task {i.task + 1}, waiting for {i.waiting}, "
+                          f"{i.idle_s / 60:.0f} min)" for i in status.idle[:SHOWN])
+        more = f"; and {len(status.idle) - SHOWN} more" if len(status.idle) > SHOWN else ""
+        lines.append(f"idle for {IDLE_S / 60:.0f}+ min, not finished: {shown}{more}")
     if status.untimed:
         lines.append(f"{status.untimed} streams untimed (no participant, or the state was "
                      "unavailable)")

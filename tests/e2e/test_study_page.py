@@ -507,6 +507,39 @@ def test_one_admin_token_per_study(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert admin_token(secret, "dinner", str(tmp_path / "a")) == b"t" * 20
 
 
+def test_idle_participants_are_listed_with_where_they_wait(tmp_path: Path) -> None:
+    """Who started and went quiet for 10+ minutes, and what the page waits for: the admin
+    view's and --status's list of participants who may be stuck."""
+    from retimer.proxy.study.page_state import PageState
+    from retimer.study.status import IDLE_S, IdleParticipant, status_lines, summarize
+
+    state = PageState()
+    for p in ("P1", "P2", "P3", "P4", "P5"):
+        state.consent(p, 0.0)
+    state.start_turn("P1", "t1", "hi", 10.0, 2, None, None, None)  # a reply never ended
+    state.start_turn("P2", "t2", "hi", 20.0, 2, None, None, None)
+    state.finish_turn("t2", "ok", True, 3)  # left unrated
+    state.start_turn("P3", "t3", "hi", 30.0, 2, None, None, None)
+    state.finish_turn("t3", "ok", True, 3)
+    state.rate("P3", "t3")
+    state.start_turn("P4", "t4", "hi", 900.0, 2, None, None, None)  # active a minute ago
+    state.finish_turn("t4", "ok", True, 3)
+    state.rate("P4", "t4")
+    assert state.next_task("P4", 1, 1, 901.0)  # finished: never idle
+    found = state.idle(960.0, IDLE_S)
+    assert [(i.participant, i.task, i.waiting) for i in found] == [
+        ("P5", 0, "a message"), ("P1", 0, "a reply"), ("P2", 0, "a rating"), ("P3", 0, "a message")]
+    assert found[0].idle_s == 960.0
+    design, _ = load_study(str(page_study(tmp_path)))
+    status = summarize(design, [])
+    status.idle = [IdleParticipant(i.participant, i.task, i.waiting, i.idle_s) for i in found]
+    text = "\n".join(status_lines(design, status))
+    assert ("idle for 10+ min, not finished: P5 (task 1, waiting for a message, 16 min); P1 (task "
+            "1, waiting for a reply, 16 min)") in text
+    assert status.as_json()["idle"][1] == {"participant": "P1", "task": 0, "waiting": "a reply",
+                                           "idle_s": 950.0}
+
+
 def test_the_whole_studys_caps_hold_whatever_the_ids() -> None:
     """Made-up participant ids each get a fresh personal budget: the study-wide caps on
     upstream calls and output tokens per hour, and on newcomers per minute, do not."""

@@ -180,16 +180,25 @@ def shared_state(location: str, study: str) -> str:
 def print_status(design: StudyDesign, logs: list[str], state: str = "") -> None:
     """`--status`: the experimenter's view of the logs (a missing log is one line), or of the
     records every instance kept in the shared `state`."""
-    from retimer.records.reader import LogError, read_lines, read_logs
-    from retimer.study.status import status_lines, summarize
+    import time
 
+    from retimer.records.reader import LogError, read_lines, read_logs
+    from retimer.study.status import IDLE_S, IdleParticipant, status_lines, summarize
+
+    idle: list[IdleParticipant] = []
     if state:
+        from retimer.proxy.study.page_state import PageState
         from retimer.proxy.study.state import SharedState, StateError
 
         try:
             shared = SharedState(state, design.name)
-            lines = shared.record_lines()
-            shared.close()
+            try:
+                lines = shared.record_lines()
+                if design.page is not None:  # who on the study page has gone quiet, and where
+                    idle = [IdleParticipant(i.participant, i.task, i.waiting, i.idle_s)
+                            for i in PageState(shared.db, design.name).idle(time.time(), IDLE_S)]
+            finally:
+                shared.close()
         except StateError as e:
             raise StudyError(f"--study-state: {e}") from None
         records = read_lines(lines, "--study-state").records
@@ -198,7 +207,9 @@ def print_status(design: StudyDesign, logs: list[str], state: str = "") -> None:
             records = read_logs(logs).records
         except LogError as e:
             raise StudyError(f"--status: {e}") from None
-    for line in status_lines(design, summarize(design, records)):
+    status = summarize(design, records)
+    status.idle = idle
+    for line in status_lines(design, status):
         print(line)
 
 

@@ -60,7 +60,7 @@ from retimer.study.page_api import (
     upstream_headers,
 )
 from retimer.study.page_app import admin_page, app_page, message_page
-from retimer.study.status import status_lines, summarize
+from retimer.study.status import IDLE_S, IdleParticipant, status_lines, summarize
 
 log = logging.getLogger(__name__)
 
@@ -392,6 +392,12 @@ class StudyPage:
             with contextlib.suppress(LogError):
                 records = read_logs([log_file.path]).records
         status = summarize(design, records)
+        state = self.state
+        if state is not None:
+            with contextlib.suppress(StateUnavailable):
+                status.idle = [IdleParticipant(i.participant, i.task, i.waiting, i.idle_s)
+                               for i in await self.worker.call(
+                                   lambda: state.idle(time.time(), IDLE_S), "who is idle")]
         if as_json:
             return json_response(200, status.as_json())
         return html_response(200, admin_page(design.name, status_lines(design, status)))

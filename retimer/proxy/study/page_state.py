@@ -57,6 +57,16 @@ class Progress:
     turns: tuple[Turn, ...]  # every turn of every task, in order
 
 
+@dataclass(frozen=True)
+class Idle:
+    """A participant who started and has not finished, with nothing new for a while."""
+
+    participant: str
+    task: int
+    waiting: str  # what the page waits for: "a reply", "a rating", "a message"
+    idle_s: float  # since their last message (or their consent)
+
+
 def _turn(row: Sequence[object]) -> Turn:
     """A Turn from `SELECT turn, task, message, reply, status, rated, condition, unit`."""
     condition, unit = row[6], row[7]
@@ -111,6 +121,24 @@ class PageState:
             if status == "done" and reply:
                 out.append(("assistant", reply))
         return out
+
+    def idle(self, now: float, after_s: float) -> list[Idle]:
+        """Participants who consented, have not finished, and sent nothing for `after_s`
+        seconds, longest idle first (for the admin view: who is stuck, and where)."""
+        found: list[Idle] = []
+        for participant, task, consented in self.db.execute(
+                "SELECT participant, task, consented FROM page_people WHERE consented IS NOT "
+                "NULL AND finished IS NULL"):
+            last = self.db.execute(
+                "SELECT started, status, rated FROM page_turns WHERE participant = ? ORDER BY "
+                "seq DESC LIMIT 1", (participant,)).fetchone()
+            since = float(str(consented)) if last is None else float(str(last[0]))
+            if now - since < after_s:
+                continue
+            waiting = "a message" if last is None or last[1] == "broken" or last[2] else \
+                "a reply" if last[1] == "pending" else "a rating"
+            found.append(Idle(str(participant), _int(task), waiting, now - since))
+        return sorted(found, key=lambda i: -i.idle_s)
 
     def turn_owner(self, turn: str) -> str | None:
         row = self.db.execute("SELECT participant FROM page_turns WHERE turn = ?", (turn,)).fetchone()
