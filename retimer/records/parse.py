@@ -37,7 +37,7 @@ _STREAM_FIELDS = frozenset({
     "token_counter", "trace", "upstream_bound", "upstream_wait_ms", "strategy",
     "smooth_delay_ms", "fallback", "keepalives", "released_early", "cache", "study",
     "participant", "condition", "unit", "conversation", "level", "staircase", "study_error",
-    "state_wait_ms", "worker", "demo_pane", "demo_run", "demo_warmup", "connection", "turn",
+    "state_wait_ms", "arrival", "worker", "demo_pane", "demo_run", "demo_warmup", "connection", "turn",
 })
 _MODEL_DRAW = ("ttft_draw_ms", "prefill_ms", "hidden_reasoning_tokens", "hidden_reasoning_ms",
                "stalls", "stall_ms")
@@ -111,7 +111,7 @@ def study_tags(obj: Mapping[str, object]) -> StudyTags | None:
         condition=_str(obj.get("condition")), unit=_int(obj.get("unit")),
         conversation=_str(obj.get("conversation")), level=_num(obj.get("level")),
         staircase=_str(obj.get("staircase")), study_error=_str(obj.get("study_error")),
-        state_wait_ms=_num(obj.get("state_wait_ms")),
+        state_wait_ms=_num(obj.get("state_wait_ms")), arrival=_int(obj.get("arrival")),
     )
 
 

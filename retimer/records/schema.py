@@ -114,11 +114,12 @@ class StudyTags:
     staircase: str | None = None  # the rule and answer, "1-down/1-up; slow"
     study_error: str | None = None  # older logs: a unit passed untimed, its state unavailable
     state_wait_ms: float | None = None  # how long the request waited for the study's state
+    arrival: int | None = None  # participant_ids arrival: the participant's place (from 0)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"study": self.study, "participant": self.participant,
                                "condition": self.condition, "unit": self.unit}
-        for name in ("conversation", "level", "staircase", "study_error", "state_wait_ms"):
+        for name in ("conversation", "level", "staircase", "study_error", "state_wait_ms", "arrival"):
             if (value := getattr(self, name)) is not None:
                 out[name] = value
         return out

@@ -13,7 +13,7 @@ Schema (one-line errors name the key)::
     unit: conversation             # required: participant | conversation | request
     counterbalancing: latin-square # optional: none (default) | latin-square
     block_size: 2                  # optional: units per condition before switching (default 1)
-    participant_ids: numbered      # optional: any (default) | numbered
+    participant_ids: numbered      # optional: any (default) | numbered | arrival
     ratings: true                  # optional: serve the rating page /rate (default false)
     participants:                  # optional: one proxy, many participants (participants.py)
       header: X-Retimer-Participant
@@ -65,7 +65,7 @@ __all__ = ["COUNTERBALANCING", "Condition", "OVERRIDE_KEYS", "StudyDesign", "Stu
 
 UNITS = ("participant", "conversation", "request")
 COUNTERBALANCING = ("none", "latin-square")
-PARTICIPANT_IDS = ("any", "numbered")
+PARTICIPANT_IDS = ("any", "numbered", "arrival")
 OVERRIDE_KEYS = ("ttft", "tps", "jitter", "speed", "thinking")
 TOP_KEYS = ("name", "description", "seed", "unit", "counterbalancing", "block_size",
             "participant_ids", "ratings", "participants", "page", "staircase", "conditions")
@@ -170,33 +170,40 @@ class StudyDesign:
         """The key of the roster's digests (retimer.study.participants.Roster)."""
         return hashlib.blake2b(self._key(), digest_size=32, person=b"retimer-roster").digest()
 
-    def _slot(self, participant: str, tag: str, size: int) -> int:
-        """The participant's place among `size` (rows or conditions): numbered ids in turn."""
+    def _slot(self, participant: str, tag: str, size: int, arrival: int | None = None) -> int:
+        """The participant's place among `size` (rows or conditions): numbered ids in turn,
+        with `participant_ids: arrival` the participants in the order they came (`arrival`,
+        0-based, kept by the study's state), else by the keyed hash of the id."""
+        if self.participant_ids == "arrival" and arrival is not None:
+            return arrival % size
         number = participant_number(participant) if self.participant_ids == "numbered" else None
         if number is not None:
             return (number - 1) % size
         return self._hash(tag, participant) % size
 
-    def row(self, participant: str) -> int:
-        return self._slot(participant, "row", len(williams_square(len(self.conditions))))
+    def row(self, participant: str, arrival: int | None = None) -> int:
+        return self._slot(participant, "row", len(williams_square(len(self.conditions))), arrival)
 
-    def assign(self, participant: str, index: int = 0, key: str | None = None) -> int:
+    def assign(self, participant: str, index: int = 0, key: str | None = None,
+               arrival: int | None = None) -> int:
         """The condition (its index) of the participant's unit `index` (0-based); `key` is the
-        conversation's key for unit conversation."""
+        conversation's key for unit conversation; `arrival` the participant's place in arrival
+        order (`participant_ids: arrival`)."""
         n = len(self.conditions)
         if self.staircase is not None:
             return self.staircase.start  # the next levels follow the answers (the proxy's state)
         if self.unit == "participant":
-            return self._order("conditions", n)[self._slot(participant, "participant", n)]
+            return self._order("conditions", n)[self._slot(participant, "participant", n, arrival)]
         block = index // self.block_size
         if self.counterbalancing == "latin-square":
-            return self.square()[self.row(participant)][block % n]
+            return self.square()[self.row(participant, arrival)][block % n]
         if self.unit == "conversation" and self.block_size == 1 and key is not None:
             return self._hash("conversation", participant, key) % n
         return self._hash(self.unit, participant, block) % n
 
-    def condition(self, participant: str, index: int = 0, key: str | None = None) -> Condition:
-        return self.conditions[self.assign(participant, index, key)]
+    def condition(self, participant: str, index: int = 0, key: str | None = None,
+                  arrival: int | None = None) -> Condition:
+        return self.conditions[self.assign(participant, index, key, arrival)]
 
     def timing_seed(self, participant: str) -> int:
         """The timing model's seed for a participant when --seed is not given: reproducible,

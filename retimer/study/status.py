@@ -96,6 +96,7 @@ def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
     units: dict[tuple[str, int], str] = {}
     streams: dict[str, tuple[str, int]] = {}  # a staircase's unit streams, for their answers
     answers: list[Rating] = []
+    arrivals: dict[str, int] = {}  # participant_ids arrival: each one's place, as recorded
     for r in records:
         if (study := r.study_name) != design.name:
             if study is not None:
@@ -135,6 +136,8 @@ def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
                 status.waited += 1
                 status.waited_late += r.upstream_bound is True
                 status.longest_wait_ms = max(status.longest_wait_ms, tags.state_wait_ms)
+            if tags.arrival is not None:
+                arrivals[participant] = tags.arrival
             level = tags.level
             if design.staircase is not None and level is not None:
                 status.stairs.setdefault(participant, StairProgress()).units.setdefault(unit, float(level))
@@ -147,7 +150,8 @@ def summarize(design: StudyDesign, records: Iterable[Record]) -> StudyStatus:
                 status.stairs[key[0]].answers.setdefault(key[1], slow)
     else:
         for (participant, unit) in units:  # what the design gives the units run so far
-            by_name[design.condition(participant, unit).name].expected += 1
+            by_name[design.condition(participant, unit, arrival=arrivals.get(participant)).name
+                    ].expected += 1
     status.conditions = list(by_name.values())
     return status
 

@@ -85,6 +85,21 @@ def test_page_section_errors_name_the_key(raw: dict[str, Any], needle: str) -> N
         parse_page(raw)
 
 
+def test_the_walkthroughs_study_file_is_a_valid_hosted_study() -> None:
+    """docs/studies.md's hosted study, step 1, as written: it loads, with the page, arrival ids
+    and limits a participant can finish within."""
+    from retimer.study.design import parse_study
+
+    text = (Path(__file__).parents[2] / "docs" / "studies.md").read_text()
+    step = text.split("**1. Write the study file.**", 1)[1]
+    block = step.split("```yaml\n", 1)[1].split("```", 1)[0]
+    design = parse_study(yaml.safe_load(block), "study.yaml")
+    assert design.page is not None and design.participant_ids == "arrival"
+    limits = design.page.limits
+    assert limits.turns is not None and limits.turns >= len(design.page.tasks) * design.page.turns
+    assert limits.study_requests_per_hour and limits.new_participants_per_minute
+
+
 def test_cookie_names_only_its_own_participant() -> None:
     secret = b"k" * 32
     value = cookie_value(secret, "P1")

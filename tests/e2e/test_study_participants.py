@@ -222,6 +222,30 @@ def test_six_participants_by_header_get_their_latin_square_rows(tmp_path: Path, 
     assert not [c["name"] for c in CONDITIONS if c["name"] in shown + proxy.stderr()]
 
 
+def test_panel_ids_take_the_squares_rows_in_arrival_order(tmp_path: Path, fake: FakeLLM) -> None:
+    """`participant_ids: arrival`: ids a panel makes up (Prolific's 24-hex) are balanced as they
+    come, not by their hash: the k-th participant to arrive takes row k of the square, kept by
+    the study's state and named in the records; --status holds the units to it."""
+    study = write_study(tmp_path, participant_ids="arrival")
+    design, _ = load_study(str(study))
+    rows = design.square()
+    ids = [f"{i:02x}" * 12 for i in (0x5e, 0xa1, 0x07, 0xc3, 0x5e)]  # the first one comes back
+    state = str(tmp_path / "state.sqlite")
+    with ManyProxy(tmp_path / "p", study, "--upstream", fake.url, "--study-state", state) as proxy, \
+            httpx.Client(timeout=30) as client:
+        for i, pid in enumerate(ids):
+            assert post(client, proxy.url, {"X-Retimer-Participant": pid}, f"q{i}").status_code == 200
+        records = proxy.records(len(ids))
+    assert [r["arrival"] for r in records] == [0, 1, 2, 3, 0]
+    assert [r["condition"] for r in records[:4]] == [design.names[rows[k % len(rows)][0]]
+                                                     for k in range(4)]
+    assert records[4]["condition"] == design.names[rows[0][1]]  # its second unit, its own row
+    status = run_cli("study", str(study), "--status", str(proxy.log_path)).stdout
+    assert "balance: every unit has the condition the design gives it" in status
+    plan = run_cli("study", str(study), "--plan", "2").stdout
+    assert "arrival 1" in plan and "arrival 2" in plan
+
+
 def test_each_start_on_a_shared_state_draws_its_own_timing(tmp_path: Path, fake: FakeLLM) -> None:
     """Two starts of the study (instances, or a restart) on one --study-state: each draws its
     own timing, from a seed its records name; without a shared state the study's seed."""

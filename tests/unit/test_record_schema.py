@@ -50,7 +50,7 @@ FULL = StreamRecord(
     upstream_wait_ms=0.0, strategy="live", smooth_delay_ms=None, fallback=None, keepalives=0,
     released_early=0, cache="stored",
     study=StudyTags("s", "P1", "fast", 2, conversation="c", level=400, staircase="1-down/1-up; slow",
-                    study_error="state unavailable: x", state_wait_ms=812.5),
+                    study_error="state unavailable: x", state_wait_ms=812.5, arrival=3),
     worker=2, demo=Demo(pane=1, run="r1"), connection="c9", turn=2,  # every optional field set
 )
 FULL_RATING = Rating(stream="f1", time="2026-11-30T02:20:00.000+00:00",

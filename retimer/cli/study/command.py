@@ -221,7 +221,9 @@ def print_plan(design: StudyDesign, participant: str, units: int) -> None:
         return
     n = len(design.conditions)
     rows = len(williams_square(n)) if design.counterbalancing == "latin-square" else n
-    people = [participant] if participant else [f"P{i}" for i in range(1, rows + 1)]
+    arrival = design.participant_ids == "arrival"
+    people = [participant] if participant and not arrival else \
+        [f"arrival {i}" if arrival else f"P{i}" for i in range(1, rows + 1)]
     out = sys.stdout
     print(f"study {design.name}: unit {design.unit}, counterbalancing {design.counterbalancing}, "
           f"block_size {design.block_size}, conditions {', '.join(design.names)}", file=out)
@@ -234,7 +236,8 @@ def print_plan(design: StudyDesign, participant: str, units: int) -> None:
     header = "participant" if design.unit == "participant" else f"{design.unit}s 0-{count - 1}"
     print(f"{'':<{width}}  {header}", file=out)
     for p in people:
-        names = [design.condition(p, i).name for i in range(count)]
+        place = people.index(p) if arrival else None  # the k-th to come takes row k (mod rows)
+        names = [design.condition(p, i, arrival=place).name for i in range(count)]
         print(f"{p:<{width}}  {' '.join(names)}", file=out)
 
 

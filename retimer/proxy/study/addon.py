@@ -223,8 +223,16 @@ class Study:
             fields: UnitFields = {**current, "unit": None}
             fields.pop("conversation", None)
             return fields
-        return {"study": design.name, "participant": participant,
-                "condition": design.condition(participant, 0).name, "unit": None}
+        arrival = self._arrival(design, participant)
+        fields = {"study": design.name, "participant": participant,
+                  "condition": design.condition(participant, 0, arrival=arrival).name, "unit": None}
+        if arrival is not None:
+            fields["arrival"] = arrival
+        return fields
+
+    def _arrival(self, design: StudyDesign, participant: str) -> int | None:
+        """The participant's place in arrival order, when the study assigns by it."""
+        return self.state.arrival(participant) if design.participant_ids == "arrival" else None
 
     def _identify(self, flow: http.HTTPFlow, design: StudyDesign) -> str | None:
         """The request's participant; None when it names nobody usable, after refusing it or
@@ -283,8 +291,9 @@ class Study:
                 link = (ident.links, key, participant)
             conversation = design.short_hash(key)
         stairs = design.staircase
+        arrival = self._arrival(design, participant)
         if stairs is None:
-            condition = design.condition(participant, index, key)
+            condition = design.condition(participant, index, key, arrival)
         else:
             condition = design.conditions[state.unit_level(
                 participant, index, lambda answered: position_after(stairs, answered).level)]
@@ -292,6 +301,8 @@ class Study:
                               "condition": condition.name, "unit": index}
         if conversation is not None:
             fields["conversation"] = conversation
+        if arrival is not None:
+            fields["arrival"] = arrival
         if stairs is not None:
             fields["level"] = stairs.levels[design.names.index(condition.name)]
             fields["staircase"] = stairs.describe()

@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS study_rateable (seq {serial}, id TEXT UNIQUE NOT NULL
 CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (participant, seq);
 CREATE TABLE IF NOT EXISTS study_stairs (participant TEXT NOT NULL, unit BIGINT NOT NULL,
     level BIGINT NOT NULL, answer BIGINT, PRIMARY KEY (participant, unit));
+CREATE TABLE IF NOT EXISTS study_arrivals (participant TEXT PRIMARY KEY, place BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS study_records (seq {serial}, key TEXT UNIQUE NOT NULL,
     line TEXT NOT NULL)
 """
@@ -57,6 +58,7 @@ class UnitFields(TypedDict):
     level: NotRequired[float]  # a staircase's unit: its TTFT in ms or its rate in tok/s
     staircase: NotRequired[str]  # and the rule and answer it walks by ("2-down/1-up; slow")
     state_wait_ms: NotRequired[float]  # the request waited this long for the study's state
+    arrival: NotRequired[int]  # participant_ids arrival: the participant's place in arrival order
 
 
 class _Positions:
@@ -69,6 +71,7 @@ class _Positions:
         self.latest_unit: UnitFields | None = None
         self.rateable: OrderedDict[str, dict[str, object]] = OrderedDict()
         self.stairs: dict[int, tuple[int, bool | None]] = {}  # unit -> (level, answer)
+        self.arrival: int | None = None  # the participant's place in arrival order
 
 
 class MemoryState:
@@ -96,6 +99,13 @@ class MemoryState:
         index = p.requests
         p.requests += 1
         return index
+
+    def arrival(self, participant: str) -> int:
+        """The participant's place in the order participants came (0, 1, ...), given once."""
+        p = self._of(participant)
+        if p.arrival is None:
+            p.arrival = sum(1 for q in self.people.values() if q.arrival is not None)
+        return p.arrival
 
     def conversation(self, participant: str, key: str) -> int:
         """The position of the participant's conversation `key`, in first-seen order."""
@@ -184,6 +194,16 @@ class SharedState:
                        "(participant, name) DO UPDATE SET value = excluded.value",
                        (participant, index + 1))
         return index
+
+    def arrival(self, participant: str) -> int:
+        with self.db.transaction() as db:
+            row = db.one("SELECT place FROM study_arrivals WHERE participant = ?", (participant,))
+            if row:
+                return int(str(row[0]))
+            count = db.one("SELECT COUNT(*) FROM study_arrivals")
+            place = int(str(count[0])) if count else 0
+            db.execute("INSERT INTO study_arrivals VALUES (?, ?)", (participant, place))
+        return place
 
     def next_instance(self) -> int:
         """A number no other start of any instance or worker of the study got (1, 2, ...)."""
