@@ -100,6 +100,65 @@ def test_the_walkthroughs_study_file_is_a_valid_hosted_study() -> None:
     assert limits.study_requests_per_hour and limits.new_participants_per_minute
 
 
+def _feasibility_study(tmp: Path) -> Path:
+    """A fast condition no slow upstream can serve, and a slow one any can."""
+    study = tmp / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "feasible", "seed": 5, "unit": "request", "participant_ids": "arrival",
+        "participants": {"beside_page": True},
+        "conditions": [{"name": "instant", "profile": "gpt-5", "ttft": "100ms", "tps": 2000,
+                        "jitter": 0},
+                       {"name": "leisurely", "profile": "gpt-5", "ttft": "3s", "tps": 5, "jitter": 0}],
+        "page": {"model": "study-model", "tasks": TASKS, "completion": {"code": "F"}}}))
+    return study
+
+
+def test_the_pilot_names_the_condition_a_slow_upstream_cannot_serve(tmp_path: Path) -> None:
+    """`--pilot N`: N of the page's own calls to the upstream (600 ms to its first token), and
+    per condition how many replies would have been upstream-bound: the 100 ms condition is
+    infeasible (exit 1), the 3 s one feasible; the upstream's own figures are printed."""
+    import os
+
+    from tests.support.stream_bodies import make_openai_stream
+
+    study = _feasibility_study(tmp_path)
+    with FakeLLM(make_openai_stream(REPLY), first_delay=0.6) as slow:
+        result = subprocess.run([sys.executable, "-m", "retimer", "study", str(study), "--pilot",
+                                 "3", "--upstream", slow.url], capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
+        served = slow.requests
+    assert result.returncode == 1, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("upstream: 3 of 3 replies whole; median TTFT 6")  # 600-699 ms
+    assert lines[1] == ("instant (TTFT 100 ms, 2000 tok/s): 3 of 3 replies upstream-bound: "
+                        "INFEASIBLE: slower upstream than the condition")
+    assert lines[2] == "leisurely (TTFT 3000 ms, 5 tok/s): 0 of 3 replies upstream-bound: feasible"
+    assert [json.loads(s.body)["model"] for s in served] == ["study-model"] * 3
+    assert [json.loads(s.body)["messages"][-1]["content"] for s in served] == [*TASKS, TASKS[0]]
+    assert all(s.headers["authorization"] == f"Bearer {KEY}" for s in served)
+    assert "Traceback" not in result.stderr
+    no_page = tmp_path / "plain.yaml"
+    no_page.write_text(yaml.safe_dump({"name": "p", "seed": 1, "unit": "request",
+                                       "conditions": ["cerebras", "gpt-5"]}))
+    refused = run_cli("study", str(no_page), "--pilot", "2", "--upstream", "http://127.0.0.1:9")
+    assert refused.returncode == 2 and "--pilot: sends the study page's calls" in refused.stderr
+
+
+def test_a_condition_the_upstream_paces_is_said_loudly_while_the_study_runs(tmp_path: Path) -> None:
+    from tests.support.stream_bodies import make_openai_stream
+
+    study = _feasibility_study(tmp_path)
+    with FakeLLM(make_openai_stream(REPLY), first_delay=0.5) as slow, \
+            PageProxy(tmp_path / "p", study, slow.url) as proxy, httpx.Client(timeout=30) as c:
+        for i in range(6):  # arrivals 0..5 alternate the two conditions' rows
+            c.post(f"{proxy.url}/v1/chat/completions", headers={"X-Retimer-Participant": f"p{i}"},
+                   json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
+        time.sleep(0.3)
+        err = proxy.stderr()
+    assert "condition 'instant' is paced by the upstream" in err and "Check it with --pilot" in err
+    assert "condition 'leisurely'" not in err
+
+
 def test_cookie_names_only_its_own_participant() -> None:
     secret = b"k" * 32
     value = cookie_value(secret, "P1")

@@ -51,6 +51,10 @@ def parser() -> OneLineParser:
     p.add_argument("--plan", type=int, default=0, metavar="N",
                    help="print the conditions of the first N units per participant and exit "
                    "(for the experimenter)")
+    p.add_argument("--pilot", type=int, default=0, metavar="N",
+                   help="send N of the study page's calls to --upstream (real calls, with the "
+                   "researcher's key), print per condition how many replies would be "
+                   "upstream-bound, and exit (1: a condition is infeasible)")
     p.add_argument("--status", nargs="*", metavar="LOG", default=None,
                    help="print where the study stands (participants, units per condition against "
                    "the design, ratings, upstream-bound streams) from its records logs (default: "
@@ -77,7 +81,11 @@ def main(argv: list[str]) -> None:
     from retimer.proxy.study.files import load_roster, load_study
 
     try:
-        design, _ = load_study(args.study)
+        design, profiles = load_study(args.study)
+        if args.pilot:
+            from retimer.cli.study.pilot import run_pilot
+
+            sys.exit(run_pilot(design, profiles, args.upstream, args.pilot))
         if args.plan:
             if args.plan < 0:
                 raise StudyError(f"--plan: expected a number of units >= 1, got {args.plan}")

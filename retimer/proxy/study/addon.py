@@ -61,6 +61,7 @@ from retimer.wire.protocols.base import RequestShape
 log = logging.getLogger(__name__)
 PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
 WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
+FEASIBLE_AFTER = 3  # units of a condition before it may be called upstream-bound
 WAIT_NOTED_S = 0.05  # a request that waited longer than this for the state says so in its record
 Link = tuple[str, str, str]  # STUDY_LINK_KEY: (link kind, conversation key, participant)
 
@@ -83,6 +84,8 @@ class Study:
         self.worker = StateWorker(None)  # the state's calls (off the event loop for a database)
         self.instance_seed: int | None = None  # the seed this start draws from, with a shared state
         self.warned: set[str] = set()
+        self.feasibility: dict[str, tuple[int, int]] = {}  # condition -> (units, upstream-bound)
+        self.infeasible: set[str] = set()  # conditions warned about
         self.rating_page = RatingPage(self)
 
     def _reset(self, study: str = "") -> None:
@@ -362,6 +365,8 @@ class Study:
         self.share(record)
         if tags.unit is None or tags.participant is None:
             return
+        if tags.condition is not None:
+            self._watch_feasible(tags.condition, record.upstream_bound is True)
         entry: dict[str, object] = {
             "id": record.id, "stream": record.stream, "study": tags.study,
             "participant": tags.participant, "condition": tags.condition, "unit": tags.unit,
@@ -370,6 +375,20 @@ class Study:
         self.worker.keep(lambda: self.state.add_rateable(participant, record.id, entry),
                          "a stream offered for rating")
 
+
+    def _watch_feasible(self, condition: str, bound: bool) -> None:
+        """Say loudly, once, when a condition's units are mostly paced by the upstream: the
+        upstream is slower than the condition, which retimer cannot make faster."""
+        units, late = self.feasibility.get(condition, (0, 0))
+        units, late = units + 1, late + bound
+        self.feasibility[condition] = (units, late)
+        if units >= FEASIBLE_AFTER and late * 2 >= units and condition not in self.infeasible:
+            self.infeasible.add(condition)
+            log.warning(f"retimer study: WARNING: condition '{condition}' is paced by the "
+                        f"upstream, not by itself: {late} of its first {units} units were "
+                        "upstream-bound (the upstream is slower than the condition); they are "
+                        "left out of the analysis. Check it with --pilot N before more "
+                        "participants come.")
 
     def share(self, record: Record) -> None:
         """Keep a study record in the shared state too (with --study-state), so the admin
