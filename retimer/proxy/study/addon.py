@@ -162,7 +162,7 @@ class Study:
         if PROFILE_KEY in flow.metadata:
             return
         if design.page is not None and flow.request.path.startswith(PAGE_PREFIX):
-            return  # the study page's own (retimer.proxy.study.page): it calls assign()
+            return  # the study page's own (retimer.proxy.study.page): it runs assignment()
         participant = self.participant or self._identify(flow, design)
         if participant is not None:
             started = time.monotonic()
@@ -179,7 +179,7 @@ class Study:
         and goes nowhere, so no unit passes untimed and the participant's sequence keeps the
         design's order (the API clients retry a 503; the study page does)."""
         self.warn(f"retimer study: the study's state is unavailable, requests are answered "
-                   f"503 (try again) ({error})")
+                  f"503 (try again) ({error})")
         flow.response = _refusal(503, "the study is briefly unavailable: please try again in "
                                  "a moment")
         flow.response.headers["retry-after"] = "2"
