@@ -15,6 +15,11 @@ database stays away. Two kinds of job, run in the order given (a call after a ke
   what is left when the proxy stops is named in a warning.
 
 Without a database (`MemoryState`, the page's private sqlite3) the jobs run at once, in line.
+
+A job is attempted again after a lost connection, so every job must be safe to repeat: a
+connection lost after the server took the COMMIT but before it said so runs it twice. The kept
+writes are (a turn ends once, links and records are upserts); a page turn finds itself begun;
+only a `unit: request` position taken in such a COMMIT is used up (one unit skipped).
 """
 
 from __future__ import annotations
