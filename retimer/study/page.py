@@ -21,6 +21,7 @@ Study file section::
         ...
       tasks:                       # one conversation each, in order
         - Ask the assistant for a weekday dinner recipe.
+        - {text: Ask what a CSV file is., prompt: What is a CSV file?}   # a fixed first message
       turns: 1                     # rated responses per task before the next one (default 1)
       scales:                      # 1-7 items after each response (default speed, quality)
         - {name: speed, low: very slow, high: very fast}
@@ -98,6 +99,17 @@ class PageSettings:
     code: str = ""
     redirect: str = ""
     limits: Limits = field(default_factory=Limits)
+    # each task's fixed first message (None: the participant writes it); with the response cache
+    # on (`--cache DIR`) a fixed message's reply is the same for everyone, played at each
+    # condition's timing: the content is controlled, every condition feasible
+    prompts: tuple[str | None, ...] = ()
+
+    def prompt(self, task: int) -> str | None:
+        return self.prompts[task] if 0 <= task < len(self.prompts) else None
+
+    def first_message(self, task: int) -> str:
+        """What the pilot sends for `task`: its fixed first message, else the task's text."""
+        return self.prompt(task) or self.tasks[task]
 
     @property
     def path(self) -> str:
@@ -107,6 +119,7 @@ class PageSettings:
     def public(self) -> dict[str, object]:
         """What the page may know of the settings (no model, key or system prompt)."""
         return {"title": self.title, "consent": self.consent, "tasks": list(self.tasks),
+                "prompts": [self.prompt(i) for i in range(len(self.tasks))],
                 "turns_needed": self.turns, "slow_question": self.slow_question,
                 "scales": [{"name": s.name, "low": s.low, "high": s.high} for s in self.scales]}
 
@@ -123,6 +136,22 @@ def _text(raw: Mapping[str, object], key: str, default: str | None, limit: int =
     if not isinstance(value, str) or len(value) > limit:
         raise PageError(f"page.{key}: expected text (at most {limit} characters), got {_show(value)}")
     return value.strip()
+
+
+def _task(item: object, i: int) -> tuple[str, str | None]:
+    """A task: its text, or {text, prompt} with a fixed first message."""
+    if isinstance(item, str) and item.strip():
+        return item.strip(), None
+    if isinstance(item, dict) and set(item) <= {"text", "prompt"}:
+        text, prompt = item.get("text"), item.get("prompt")
+        if not isinstance(text, str) or not text.strip():
+            raise PageError(f"page.tasks[{i}].text: expected the task's text, got {_show(text)}")
+        if prompt is not None and (not isinstance(prompt, str) or not prompt.strip()
+                                   or len(prompt) > 4000):
+            raise PageError(f"page.tasks[{i}].prompt: expected the fixed first message (at most "
+                            f"4000 characters), got {_show(prompt)}")
+        return text.strip(), None if prompt is None else prompt.strip()
+    raise PageError(f"page.tasks[{i}]: expected a task's text or {{text, prompt}}, got {_show(item)}")
 
 
 def _count(raw: Mapping[str, object], key: str, default: int | None, top: int, where: str = "page.") -> int | None:
@@ -186,11 +215,15 @@ def parse_page(raw: object) -> PageSettings | None:
     if not isinstance(params, list) or not params or \
             not all(isinstance(p, str) and _PARAM.fullmatch(p) for p in params):
         raise PageError(f"page.participant_params: expected URL parameter names, got {_show(params)}")
-    tasks = raw.get("tasks")
-    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) and t.strip()
-                                                           for t in tasks):
+    tasks_raw = raw.get("tasks")
+    if not isinstance(tasks_raw, list) or not tasks_raw:
         raise PageError(f"page.tasks: expected a list of task texts (one conversation each), "
-                        f"got {_show(tasks)}")
+                        f"got {_show(tasks_raw)}")
+    tasks, prompts = [], []
+    for i, item in enumerate(tasks_raw):
+        text, prompt = _task(item, i)
+        tasks.append(text)
+        prompts.append(prompt)
     completion = raw.get("completion", {}) or {}
     if not isinstance(completion, dict) or set(completion) - {"code", "redirect"}:
         raise PageError(f"page.completion: expected a mapping with code and redirect, got "
@@ -221,7 +254,7 @@ def parse_page(raw: object) -> PageSettings | None:
                         f"page.tasks ({len(tasks)}) x page.turns ({turns}) need at least {needed} "
                         "(more lets a participant ask again after an interrupted reply)")
     return PageSettings(
-        model=model, tasks=tuple(t.strip() for t in tasks), api=str(api), key_env=key_env,
+        model=model, tasks=tuple(tasks), prompts=tuple(prompts), api=str(api), key_env=key_env,
         system=_text(raw, "system", ""), max_tokens=max_tokens, participant_params=tuple(params),
         title=_text(raw, "title", "A study of chat assistants", 200),
         consent=_text(raw, "consent", ""), turns=turns, scales=_scales(raw.get("scales")),

@@ -159,6 +159,77 @@ def test_a_condition_the_upstream_paces_is_said_loudly_while_the_study_runs(tmp_
     assert "condition 'leisurely'" not in err
 
 
+def test_a_fixed_task_plays_one_recorded_reply_at_each_conditions_timing(tmp_path: Path,
+                                                                         fake: FakeLLM) -> None:
+    """Content-controlled: a task with a fixed first message; `--pilot` keeps its reply in the
+    response cache; the study started with that cache plays the same reply to a fast and a
+    slow participant, each at their condition's timing, with no call upstream (so a condition
+    faster than the upstream is feasible), whatever text the page sent."""
+    import os
+
+    prompt = "What is a CSV file?"
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "fixed", "seed": 4, "unit": "conversation", "counterbalancing": "latin-square",
+        "participant_ids": "numbered",
+        "conditions": [{"name": "quick", "profile": "gpt-5", "ttft": "100ms", "tps": 400, "jitter": 0},
+                       {"name": "slow", "profile": "gpt-5", "ttft": "1200ms", "tps": 40, "jitter": 0}],
+        "page": {"model": "study-model", "completion": {"code": "FX"},
+                 "tasks": [{"text": "Ask what a CSV file is.", "prompt": prompt}]}}))
+    cache = tmp_path / "cache"
+    pilot = subprocess.run([sys.executable, "-m", "retimer", "study", str(study), "--pilot", "1",
+                            "--upstream", fake.url, "--cache", str(cache)], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "OPENAI_API_KEY": KEY})
+    assert "cache: the replies to 1 fixed first message(s) kept in" in pilot.stdout, pilot.stderr
+    assert [json.loads(s.body)["messages"][-1]["content"] for s in fake.requests] == [prompt]
+    design, _ = load_study(str(study))
+    replies = {}
+    with PageProxy(tmp_path / "p", study, fake.url, "--cache", str(cache)) as proxy:
+        for pid in ("P1", "P2"):
+            with httpx.Client(base_url=proxy.url, timeout=30) as c:
+                c.get(f"/study/?participant={pid}")
+                c.post("/study/api/consent", json={})
+                shown = c.get("/study/api/state").json()
+                assert c.post("/study/api/chat", json={"text": "something else"}).status_code == 200
+                turn = c.get("/study/api/state").json()["turns"][-1]
+                replies[pid] = turn["reply"]
+        time.sleep(0.3)
+        lines = log_lines(proxy)
+    assert shown["prompts"] == [prompt]  # the page shows it in the box
+    assert turn["message"] == prompt and turn["status"] == "done"
+    assert len(fake.requests) == 1  # both replies from the recording
+    assert replies == {"P1": REPLY, "P2": REPLY}  # the recorded reply, whole, to each
+    streams = {s["participant"]: s for s in lines if "type" not in s}
+    assert {p: s["condition"] for p, s in streams.items()} == {
+        p: design.condition(p, 0).name for p in ("P1", "P2")}
+    assert {s["condition"] for s in streams.values()} == {"quick", "slow"}
+    for s in streams.values():
+        assert s["cache"] == "hit"
+        target = s["target"]["ttft_ms"]
+        assert target - 5 <= s["emitted"]["ttft_ms"] < target + 1000  # its own condition's pace
+        assert s["upstream_bound"] is False
+
+
+def test_chromium_shows_a_fixed_first_message_and_sends_it(tmp_path: Path, fake: FakeLLM,
+                                                           chromium: Any) -> None:
+    prompt = "What is a CSV file?"
+    study = page_study(tmp_path, tasks=[{"text": "Ask about CSV files.", "prompt": prompt}, "Free."])
+    with PageProxy(tmp_path / "p", study, fake.url) as proxy:
+        page = chromium.new_context().new_page()
+        page.goto(f"{proxy.url}/study/?participant=P1")
+        page.click("#agree")
+        page.wait_for_selector("#text:not([disabled])", timeout=30000)
+        box = (page.input_value("#text"), page.get_attribute("#text", "readonly"))
+        page.click("#send")
+        rate(page, 5, 5, False)
+        after = (page.input_value("#text"), page.get_attribute("#text", "readonly"))
+        sent = page.locator(".msg.user .b").first.inner_text()
+        page.context.close()
+    assert box == (prompt, "") and sent == prompt  # shown, read-only, sent as is
+    assert after == ("", None)  # then the participant writes their own
+    assert json.loads(fake.requests[-1].body)["messages"][-1]["content"] == prompt
+
+
 def test_cookie_names_only_its_own_participant() -> None:
     secret = b"k" * 32
     value = cookie_value(secret, "P1")

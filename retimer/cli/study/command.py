@@ -85,7 +85,7 @@ def main(argv: list[str]) -> None:
         if args.pilot:
             from retimer.cli.study.pilot import run_pilot
 
-            sys.exit(run_pilot(design, profiles, args.upstream, args.pilot))
+            sys.exit(run_pilot(design, profiles, args.upstream, args.pilot, args.cache))
         if args.plan:
             if args.plan < 0:
                 raise StudyError(f"--plan: expected a number of units >= 1, got {args.plan}")

@@ -13,8 +13,11 @@ import os
 import ssl
 import sys
 import time
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
+from retimer.cache.entry import CacheEntry, cache_key, new_entry
+from retimer.cache.store import CacheStore
 from retimer.profile.model import Profile
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.page import PageSettings, upstream_request
@@ -27,8 +30,11 @@ from retimer.wire.tokenizer import count_tokens
 TIMEOUT_S = 120.0
 
 
-def measure(upstream: str, settings: PageSettings, key: str, task: str) -> PilotReply:
-    """One page call to the upstream, every token's arrival timed from the send."""
+def measure(upstream: str, settings: PageSettings, key: str, message: str,
+            ) -> tuple[PilotReply, tuple[str, CacheEntry] | None]:
+    """One page call to the upstream (a task's first message), every token's arrival timed
+    from the send; and, for a whole reply, its response cache entry under the key the proxy
+    computes for the same call from the study page (the same request, whoever sends it)."""
     parts = urlsplit(upstream)
     host = parts.hostname or ""
     conn: http.client.HTTPConnection
@@ -38,26 +44,38 @@ def measure(upstream: str, settings: PageSettings, key: str, task: str) -> Pilot
     else:
         conn = http.client.HTTPConnection(host, parts.port, timeout=TIMEOUT_S)
     path = parts.path.rstrip("/") + settings.path
-    body = upstream_request(settings, [("user", task)])
+    body = upstream_request(settings, [("user", message)])
+    headers = upstream_headers(settings, key, None)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     adapter = AnthropicMessagesAdapter() if settings.api == "anthropic" else OpenAIChatAdapter()
     arrivals: list[float] = []
+    whole = bytearray()
     try:
         sent = time.monotonic()
-        conn.request("POST", path, body, upstream_headers(settings, key, None))
+        conn.request("POST", path, body, headers)
         response = conn.getresponse()
         if response.status != 200:
-            return PilotReply((), error=f"HTTP {response.status}")
+            return PilotReply((), error=f"HTTP {response.status}"), None
         while chunk := response.read1(65536):
             at = time.monotonic() - sent
+            whole += chunk
             for event in adapter.feed(chunk):
                 arrivals += [at] * sum(count_tokens(text) for _, text in event.texts)
         for event in adapter.end():
             arrivals += [time.monotonic() - sent] * sum(count_tokens(t) for _, t in event.texts)
     except (OSError, http.client.HTTPException) as e:
-        return PilotReply(tuple(arrivals), error=" ".join(str(e).split()) or type(e).__name__)
+        return PilotReply(tuple(arrivals), error=" ".join(str(e).split()) or type(e).__name__), None
     finally:
         conn.close()
-    return PilotReply(tuple(arrivals))
+    if not arrivals or adapter.api_error or adapter.anomaly is not None \
+            or response.getheader("content-encoding"):
+        return PilotReply(tuple(arrivals)), None
+    key_ = cache_key("POST", parts.scheme, host, port, path, {k.lower(): v for k, v in headers.items()},
+                     body)
+    entry = new_entry(200, response.reason, response.getheaders(), bytes(whole),
+                      url=f"{parts.scheme}://{host}:{port}{path}", method="POST",
+                      protocol=adapter.name, created=datetime.now(UTC).isoformat(timespec="seconds"))
+    return PilotReply(tuple(arrivals)), (key_, entry)
 
 
 def report(verdicts: list[ConditionVerdict], replies: list[PilotReply]) -> list[str]:
@@ -85,7 +103,8 @@ def report(verdicts: list[ConditionVerdict], replies: list[PilotReply]) -> list[
     return lines
 
 
-def run_pilot(design: StudyDesign, profiles: dict[str, Profile], upstream: str, count: int) -> int:
+def run_pilot(design: StudyDesign, profiles: dict[str, Profile], upstream: str, count: int,
+              cache: str = "") -> int:
     """--pilot: measure `count` replies, print the verdicts; 1 when a condition is infeasible."""
     settings = design.page
     if settings is None:
@@ -100,10 +119,21 @@ def run_pilot(design: StudyDesign, profiles: dict[str, Profile], upstream: str, 
         raise StudyError(f"page.key_env: {settings.key_env} is not set: the pilot sends the "
                          "researcher's API key upstream")
     replies = []
+    store = CacheStore(cache) if cache else None
+    stored: set[str | None] = set()
     for i in range(count):
         print(f"pilot: call {i + 1} of {count}...", file=sys.stderr, flush=True)
-        replies.append(measure(upstream, settings, key, settings.tasks[i % len(settings.tasks)]))
+        task = i % len(settings.tasks)
+        reply, kept = measure(upstream, settings, key, settings.first_message(task))
+        replies.append(reply)
+        if store is not None and settings.prompt(task) is not None and kept is not None \
+                and settings.prompt(task) not in stored:
+            store.put(*kept)  # a fixed message's reply: every participant will get this one
+            stored.add(settings.prompt(task))
     verdicts = judge([(c.name, profiles[c.name]) for c in design.conditions], replies)
     for line in report(verdicts, replies):
         print(line)
+    if stored:
+        print(f"cache: the replies to {len(stored)} fixed first message(s) kept in {cache}: "
+              "start the study with --cache there, and every participant gets them")
     return 0 if all(v.feasible for v in verdicts) else 1

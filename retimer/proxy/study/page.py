@@ -295,7 +295,9 @@ class StudyPage:
 
         def job() -> tuple[int, tuple[UnitFields, Link | None]]:
             with state.db.transaction():
-                task = state.start_turn(participant, flow.id, text, now, len(settings.tasks),
+                # a task's fixed first message, whatever the page sent (content-controlled)
+                message = state.fixed_message(participant, settings.prompts) or text
+                task = state.start_turn(participant, flow.id, message, now, len(settings.tasks),
                                         limits.turns, limits.output_tokens,
                                         limits.requests_per_minute,
                                         study_per_hour=limits.study_requests_per_hour,
@@ -305,7 +307,7 @@ class StudyPage:
                     req.headers[name] = value
                 req.method, req.path = "POST", settings.path
                 req.content = upstream_request(settings, [*state.history(participant, task),
-                                                          ("user", text)])
+                                                          ("user", message)])
                 return task, study.assignment(flow, design, participant, f"study page task {task}")()
 
         started = time.monotonic()

@@ -140,6 +140,22 @@ class PageState:
             found.append(Idle(str(participant), _int(task), waiting, now - since))
         return sorted(found, key=lambda i: -i.idle_s)
 
+    def fixed_message(self, participant: str, prompts: Sequence[str | None]) -> str | None:
+        """The current task's fixed first message (`prompts`, per task), while the task has no
+        finished reply yet; None when the participant writes their own."""
+        task = self.current_task(participant)
+        prompt = prompts[task] if 0 <= task < len(prompts) else None
+        if prompt is None:
+            return None
+        done = self.db.execute("SELECT 1 FROM page_turns WHERE participant = ? AND task = ? AND "
+                               "status = 'done'", (participant, task)).fetchone()
+        return None if done else prompt
+
+    def current_task(self, participant: str) -> int:
+        row = self.db.execute("SELECT task FROM page_people WHERE participant = ?",
+                              (participant,)).fetchone()
+        return _int(row[0]) if row else 0
+
     def turn_owner(self, turn: str) -> str | None:
         row = self.db.execute("SELECT participant FROM page_turns WHERE turn = ?", (turn,)).fetchone()
         return str(row[0]) if row else None

@@ -70,6 +70,9 @@ function render(){main.innerHTML='';document.title=S.title;document.getElementBy
  var rated=S.turns.filter(function(x){return x.task===S.task&&x.rated;}).length;
  if(last&&last.status==='done'&&!last.rated)rateForm(last.turn);
  var mustRate=!!document.getElementById('rate');
+ // a task's fixed first message: shown in the box, sent as is, until a reply to it has come
+ var fixed=S.prompts&&S.prompts[S.task],answered=S.turns.some(function(x){return x.task===S.task&&x.status==='done';});
+ if(fixed&&!answered){input.value=fixed;input.readOnly=true;}else if(input.readOnly){input.value='';input.readOnly=false;}
  send.disabled=busy||waiting||mustRate;input.disabled=send.disabled;
  next.hidden=rated<S.turns_needed;next.textContent=S.task+1<S.tasks.length?'Next task':'Finish';
  if(waiting&&!busy)setTimeout(load,2000);
