@@ -230,6 +230,26 @@ def test_chromium_shows_a_fixed_first_message_and_sends_it(tmp_path: Path, fake:
     assert json.loads(fake.requests[-1].body)["messages"][-1]["content"] == prompt
 
 
+def test_an_instance_with_another_cookie_secret_is_refused_at_start(tmp_path: Path,
+                                                                     fake: FakeLLM) -> None:
+    """Instances of one hosted study share their state: one whose cookie secret differs (its own
+    confdir, no RETIMER_STUDY_SECRET) would refuse the others' participants; it does not start."""
+    import os
+
+    study = page_study(tmp_path)
+    state = str(tmp_path / "state.sqlite")
+    env = {k: v for k, v in os.environ.items() if k != "RETIMER_STUDY_SECRET"}
+    with PageProxy(tmp_path / "a", study, fake.url, "--study-state", state):
+        other = subprocess.run(
+            [sys.executable, "-m", "retimer", "study", str(study), "--upstream", fake.url,
+             "--study-state", state, "--listen-port", "0", "--set",
+             f"confdir={tmp_path / 'b-conf'}"], capture_output=True, text=True, timeout=60,
+            env={**env, "OPENAI_API_KEY": KEY})
+    assert other.returncode == 2, other.stderr
+    assert "sign their cookies with another secret" in other.stderr
+    assert len(other.stderr.strip().splitlines()) == 1
+
+
 def test_cookie_names_only_its_own_participant() -> None:
     secret = b"k" * 32
     value = cookie_value(secret, "P1")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import hmac
 import logging
 import os
@@ -159,6 +160,14 @@ class StudyPage:
         try:  # in the positions' database, with its worker: a turn and its unit commit together
             state = PageState(shared.db if isinstance(shared, SharedState) else ":memory:",
                               design.name)
+            fingerprint = hashlib.blake2b(self.secret, digest_size=16,
+                                          person=b"retimer-page-key").hexdigest()
+            if isinstance(shared, SharedState) and not state.same_secret(fingerprint):
+                state.close()
+                raise exceptions.OptionsError(
+                    f"--study-state: the other instances of this study sign their cookies with "
+                    f"another secret: give every instance the same {SECRET_ENV} (or confdir), "
+                    "or participants moving between instances lose their session")
         except StateError as e:
             raise exceptions.OptionsError(f"--study-state: {e}") from None
         self.worker = self.study.worker if isinstance(shared, SharedState) else StateWorker(None)

@@ -122,6 +122,15 @@ class PageState:
                 out.append(("assistant", reply))
         return out
 
+    def same_secret(self, fingerprint: str) -> bool:
+        """Keep the page secret's fingerprint the first instance brought; False when this one's
+        differs (its cookies would be refused by the others, and theirs by it)."""
+        with self.db.transaction() as db:
+            db.execute("INSERT INTO retimer_meta VALUES ('page_secret', ?) ON CONFLICT (name) DO "
+                       "NOTHING", (fingerprint,))
+            row = db.execute("SELECT value FROM retimer_meta WHERE name = 'page_secret'").fetchone()
+        return row is not None and str(row[0]) == fingerprint
+
     def idle(self, now: float, after_s: float) -> list[Idle]:
         """Participants who consented, have not finished, and sent nothing for `after_s`
         seconds, longest idle first (for the admin view: who is stuck, and where)."""
