@@ -252,7 +252,7 @@ def test_a_hung_database_stalls_no_stream(tmp_path: Path, fake: FakeLLM) -> None
             lines = records(proxy)
     assert b"boil" in text and arrivals[-1] - hung > 1.0  # the reply kept playing while hung
     gaps = [b - a for a, b in zip([hung, *arrivals], arrivals, strict=False)]
-    assert max(gaps) < 0.6, gaps  # 1/8 s apart at the slowest; a held loop would show the hang
+    assert max(gaps) < 1.0, gaps  # 1/8 s apart at the slowest; a held loop shows the 2.5 s hang
     assert results and results[0].status_code == 200 and "boil" in results[0].text
     p2 = [x for x in lines if "type" not in x and x["participant"] == "P2"]
     assert [(x["unit"], x["condition"]) for x in p2] == [(0, planned(study, "P2", 1)[0])]
@@ -419,14 +419,14 @@ def test_ten_participants_ride_out_a_stopped_and_a_hung_database(tmp_path: Path,
         b = Instance(tmp_path / "b", study, fake.url, server.url, conf)
         faults: list[tuple[str, float]] = []
 
-        def outages() -> None:
-            time.sleep(4)
+        def outages() -> None:  # 24 s in all; the participants work for longer (4 s pauses)
+            time.sleep(3)
             faults.append(("stopped", time.monotonic()))
             server.stop("immediate")
             time.sleep(10)
             server.start()
             faults.append(("back", time.monotonic()))
-            time.sleep(5)
+            time.sleep(3)
             pids = server.hang()
             faults.append(("hung", time.monotonic()))
             time.sleep(8)
@@ -437,7 +437,7 @@ def test_ten_participants_ride_out_a_stopped_and_a_hung_database(tmp_path: Path,
             chaos = threading.Thread(target=outages)
             chaos.start()
             started = time.monotonic()
-            sessions = asyncio.run(run_participants(front.url, ids, at_once=10, pause=2.5,
+            sessions = asyncio.run(run_participants(front.url, ids, at_once=10, pause=4.0,
                                                     patience=90))
             took = time.monotonic() - started
             chaos.join()
