@@ -318,7 +318,9 @@ def test_hit_is_served_from_cache_at_profile_speed(tmp_path: Path, slow_fake: Fa
     assert hit["url"] == miss["url"] and hit["url"].startswith(slow_fake.url)
     assert hit["protocol"] == "openai-chat" and hit["outcome"] == "complete"
     assert hit["upstream_bound"] is False
-    assert hit["upstream"]["ttft_ms"] < 150  # the whole body came at once from the cache
+    # the whole body came at once from the cache (172 ms seen under a CPU hog), not at the
+    # slow upstream's pace
+    assert hit["upstream"]["ttft_ms"] < min(400, miss["upstream"]["ttft_ms"] / 2)
     assert hit_target - 2 <= hit["emitted"]["ttft_ms"] < hit_target + 150
     assert hit["emitted"]["tokens"] == miss["emitted"]["tokens"] > 40
     assert 100 < hit["emitted"]["tps"] < 400  # the profile's 200 tok/s, loosely

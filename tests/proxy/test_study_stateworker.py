@@ -173,3 +173,31 @@ def test_without_a_database_jobs_run_in_line() -> None:
     assert asyncio.run(worker.call(lambda: threading.current_thread().name, "a call")) == seen[0]
     assert seen == [threading.main_thread().name]
     worker.close()
+
+
+def test_a_result_committed_after_its_caller_left_is_taken_back_first(shared: SharedState) -> None:
+    """The race a hung server leaves: the COMMIT is held, the caller stops waiting (and answers
+    503), then the COMMIT goes through. The job's `undo` runs before any job given since (the
+    caller's retry), so the retry finds the state as if the first attempt never happened."""
+    worker = StateWorker(shared.db)
+    release = threading.Event()
+    order: list[str] = []
+
+    def job() -> int:
+        with shared.transaction():
+            index = shared.next_request("P1")
+        release.wait(5)  # committed; the answer is late
+        return index
+
+    async def go() -> int:
+        with pytest.raises(StateUnavailable):
+            await worker.call(job, "a position", wait=0.2,
+                              undo=lambda index: order.append(f"undo {index}"))
+        retry = asyncio.ensure_future(worker.call(lambda: order.append("retry") or 7, "the retry"))
+        await asyncio.sleep(0.05)
+        release.set()
+        return await retry
+
+    assert asyncio.run(go()) == 7
+    assert order == ["undo 0", "retry"] and worker.undone == 1
+    worker.close()

@@ -320,7 +320,9 @@ class StudyPage:
                 return task, study.assignment(flow, design, participant, f"study page task {task}")()
 
         started = time.monotonic()
-        _, assigned = await self.worker.call(job, "a message's turn and unit")
+        turn = flow.id
+        _, assigned = await self.worker.call(  # the page resends it: this turn is then broken
+            job, "a message's turn and unit", undo=lambda _: state.finish_turn(turn, "", False, 0))
         flow.metadata[PAGE_TURN_KEY] = flow.id
         study.apply(flow, assigned, time.monotonic() - started)
 
@@ -369,7 +371,8 @@ class StudyPage:
         log_file = self.records()
         if log_file is None:
             raise PageRefused(503, "Ratings cannot be saved: the study has no records log.")
-        found = await self.worker.call(lambda: state.rate(participant, turn), "a rating")
+        found = await self.worker.call(lambda: state.rate(participant, turn), "a rating",
+                                       undo=lambda _: state.unrate(participant, turn))
         record = Rating(stream=turn, time=datetime.now(UTC).isoformat(timespec="milliseconds"),
                         scores=rating.scores, slow=rating.slow, study=design.name,
                         participant=participant, condition=found.condition, unit=found.unit,

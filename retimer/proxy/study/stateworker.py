@@ -54,6 +54,7 @@ class _Job:
     deadline: float = float("inf")
     abandoned: bool = False
     attempts: int = field(default=0)
+    undo: Callable[[Any], object] | None = None  # for a result committed after its caller left
 
 
 class StateWorker:
@@ -72,15 +73,19 @@ class StateWorker:
         self.abandoned = 0  # calls whose caller stopped waiting
         self.kept_late = 0  # kept writes that needed more than one attempt
         self.dropped: list[str] = []  # kept writes given up at the proxy's stop
+        self.undone = 0  # calls committed after their caller stopped waiting, then taken back
 
     # -- the loop's side ----------------------------------------------------------------------
-    async def call(self, job: Callable[[], T], what: str, wait: float = WAIT_S) -> T:
+    async def call(self, job: Callable[[], T], what: str, wait: float = WAIT_S,
+                   undo: Callable[[T], object] | None = None) -> T:
         """`job()`'s result, run on the state's thread; `StateUnavailable` after `wait` seconds
-        (the job then changes nothing)."""
+        (the job then changes nothing). One race is left: a COMMIT the database held (a hung
+        server) and took after the caller stopped waiting; then `undo(result)` runs, before
+        any job given since (the caller's retry among them)."""
         if self.db is None:
             return job()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        item = _Job(job, what, future, time.monotonic() + wait)
+        item = _Job(job, what, future, time.monotonic() + wait, undo=undo)
         self._put(item)
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), wait)
@@ -176,9 +181,22 @@ class StateWorker:
             self._answered()
             if job.attempts and future is None:
                 self.kept_late += 1
-            if future is not None:
+            if job.abandoned and job.undo is not None:
+                self._undo(job, result)
+            elif future is not None:
                 future.set_result(result)
             return
+
+    def _undo(self, job: _Job, result: object) -> None:
+        """Take back what a job committed after its caller stopped waiting: at once, or first
+        in line if the database went away again."""
+        undo = job.undo
+        assert undo is not None
+        self.undone += 1
+        log.warning(f"retimer study: {job.what} was taken by the database after the request "
+                    "had been answered 503; taking it back")
+        with self._wake:  # right after the current job, before every job given since
+            self._jobs.insert(1, _Job(lambda: undo(result), f"taking back {job.what}", None))
 
     def _retry(self, job: _Job, error: StateUnavailable) -> bool:
         """After a failed attempt: wait the next back-off pause (False: give up)."""

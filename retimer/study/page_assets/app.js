@@ -48,7 +48,7 @@ function rateForm(turn){var f=document.createElement('form');f.className='rate';
   if(missing.length){say('Please answer: '+missing.join(', ')+'.');return;}
   retrying('rate',{turn:turn,scores:scores,slow:slow?slow.value==='yes':null}).then(function(r){
    if(r.ok){say('Rating saved. Thank you.');return load();}
-   return err(r).then(say);}).catch(function(){say('Not saved: no connection. Try again.');});});
+   return err(r).then(function(e){say(e);return load();});}).catch(function(){say('Not saved: no connection. Try again.');});});
  main.appendChild(f);}
 function render(){main.innerHTML='';document.title=S.title;document.getElementById('title').textContent=S.title;
  if(!S.consented){foot.hidden=true;var c=document.createElement('div');c.className='consent';
@@ -96,6 +96,6 @@ document.getElementById('f').addEventListener('submit',function(e){e.preventDefa
 input.addEventListener('keydown',function(e){if(e.key==='Enter'&&!e.shiftKey){e.preventDefault();
  document.getElementById('f').requestSubmit();}});
 next.addEventListener('click',function(){retrying('next',{}).then(function(r){
- if(r.ok){say('');return load();}return err(r).then(say);});});
+ if(r.ok){say('');return load();}return err(r).then(function(e){say(e);return load();});});});
 load();
 })();
