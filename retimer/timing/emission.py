@@ -15,6 +15,8 @@ MAX_SLEEP_S, and one still waiting on its upstream looks again as often, for a l
 
 from __future__ import annotations
 
+import math
+
 from retimer.timing.pacer import Emission, StreamPacer
 
 EARLY_S = 0.0008  # wake this much before the next due time (asyncio timers run late)
@@ -71,6 +73,16 @@ def too_early(wake: float, now: float, draining: bool) -> float | None:
     if now + WINDOW_S < wake and not draining:
         return until_sendable(wake, now)
     return None
+
+
+def shared_timer_at(wake: float) -> float:
+    """When the timer that wakes a stream due at `wake` fires, if streams share timers: on a
+    grid of WINDOW_S - EARLY_S steps, the first point whose window reaches `wake` (between
+    EARLY_S and WINDOW_S before it, so the wake is never too early), and every stream due
+    within one step wakes in one loop turn."""
+    step = WINDOW_S - EARLY_S
+    at = math.ceil((wake - WINDOW_S) / step) * step
+    return at if at + WINDOW_S >= wake else at + step  # floating point
 
 
 def timer_delay(wake: float, now: float) -> float:

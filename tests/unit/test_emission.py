@@ -87,3 +87,25 @@ def test_a_wake_before_the_window_sleeps_until_it_is_in_it() -> None:
     assert emission.until_sendable(10.01, 10.0) == pytest.approx(0.01 - WINDOW_S)
     assert emission.until_sendable(10.0 + WINDOW_S, 10.0) == 0.0
     assert emission.until_sendable(9.0, 10.0) == 0.0
+
+
+@given(st.floats(0.0, 1e6), st.floats(0.0, 0.0011))
+def test_a_shared_timer_fires_on_its_grid_point_within_the_head_start_and_finds_its_wake_due(
+    wake: float, late: float
+) -> None:
+    """Every stream due within one grid step shares one timer; it fires between EARLY_S and
+    WINDOW_S before the wake (an extra tenth of a millisecond of float rounding aside), so
+    firing when asked or up to a millisecond late it is never too early to send."""
+    at = emission.shared_timer_at(wake)
+    assert wake - WINDOW_S <= at <= wake - EARLY_S + 1e-9
+    assert emission.too_early(wake, at + late, draining=False) is None
+    step = WINDOW_S - EARLY_S
+    assert emission.shared_timer_at(at + EARLY_S + step / 2) in (at, at + step)
+
+
+def test_wakes_within_one_grid_step_share_a_timer_and_the_next_step_has_its_own() -> None:
+    step = WINDOW_S - EARLY_S
+    at = emission.shared_timer_at(10.0)
+    assert emission.shared_timer_at(at + WINDOW_S) == at
+    assert emission.shared_timer_at(at + EARLY_S + 1e-7) == at
+    assert emission.shared_timer_at(at + WINDOW_S + 1e-6) == pytest.approx(at + step)

@@ -247,7 +247,7 @@ class StreamDriver(Driver):
             return cmd
         if self.routes is None and self.handler is not None:
             self.routes = routes(stream)
-        return None if timers.arm(self, cmd, step.delay) else cmd
+        return None if timers.arm(self, cmd) else cmd
 
     def _upstream_gone(self, stream: HttpStream) -> bool:
         """The upstream connection has ended, yet the stream got neither its end nor an error.

@@ -12,6 +12,8 @@ the stream's driver to write directly (`sinks.ClientWriter`: body bytes on an HT
 connection, written without the layers); otherwise it hands the `Wakeup` to the handler's `server_event`, exactly as
 mitmproxy's wakeup task would, routed to the stream through the HTTP layer's `command_sources`
 like any wakeup the stream asked for (registered there only for a wakeup that goes that way).
+Streams due within half a millisecond of each other share one loop timer (a `TimerGroup`, at
+`emission.shared_timer_at`'s grid point): one loop turn wakes them all.
 """
 
 from __future__ import annotations
@@ -51,6 +53,15 @@ class PacingWakeup(commands.RequestWakeup):
     paced: TimedStream | None = None
 
 
+class TimerGroup:
+    """The wakeups one loop timer fires."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, paced: TimedStream, cmd: PacingWakeup) -> None:
+        self.entries: list[tuple[TimedStream, PacingWakeup]] = [(paced, cmd)]
+
+
 WakeupMethod = Callable[[ConnectionHandler, commands.RequestWakeup], Coroutine[Any, Any, None]]
 
 
@@ -65,6 +76,8 @@ class DirectTimers:
         self.written = 0  # of those, written directly by the stream's driver
         self.early = 0  # timer firings still early: re-armed without touching mitmproxy
         self.via_mitmproxy = 0  # wakeups that went through mitmproxy's own task
+        self.shared = 0  # wakeups that joined a timer armed for another
+        self._groups: dict[float, TimerGroup] = {}  # armed, not fired yet, by when they fire
 
     async def handler_wakeup(self, handler: ConnectionHandler, request: commands.RequestWakeup) -> None:
         """The wrapped `ConnectionHandler.wakeup`: learn a paced stream's handler, then wake."""
@@ -74,13 +87,34 @@ class DirectTimers:
             request.paced = None  # a wakeup cancelled with its connection must not keep the stream
         await self._original_wakeup(handler, request)
 
-    def arm(self, paced: TimedStream, cmd: PacingWakeup, delay: float) -> bool:
-        """Arm a loop timer for `cmd` (False: the handler is not known yet; yield the command)."""
+    def arm(self, paced: TimedStream, cmd: PacingWakeup) -> bool:
+        """Arm a loop timer for `cmd`, due at `paced.wakeups[cmd]` (False: the handler is not
+        known yet; yield the command, whose own delay mitmproxy's wakeup task sleeps)."""
         if paced.handler is None:
             cmd.paced = paced
             return False
-        asyncio.get_running_loop().call_later(delay, self._fire, paced, cmd)
+        self._schedule(paced, cmd, paced.wakeups[cmd])
         return True
+
+    def _schedule(self, paced: TimedStream, cmd: PacingWakeup, wake: float) -> None:
+        """Fire `cmd` (due at `wake`) with the timer of its grid point, armed if it is the first."""
+        at = emission.shared_timer_at(wake)
+        group = self._groups.get(at)
+        if group is not None:
+            group.entries.append((paced, cmd))
+            self.shared += 1
+            return
+        self._groups[at] = group = TimerGroup(paced, cmd)
+        asyncio.get_running_loop().call_later(at - time.monotonic(), self._fire_group, at, group)
+
+    def _fire_group(self, at: float, group: TimerGroup) -> None:
+        del self._groups[at]
+        for paced, cmd in group.entries:
+            try:  # one stream's failure must not keep the others asleep
+                self._fire(paced, cmd)
+            except Exception as e:
+                asyncio.get_running_loop().call_exception_handler(
+                    {"message": "retimer: a paced stream's wakeup failed", "exception": e})
 
     def _fire(self, paced: TimedStream, cmd: PacingWakeup) -> None:
         wake = paced.wakeups.get(cmd)
@@ -89,7 +123,7 @@ class DirectTimers:
         wait = emission.too_early(wake, time.monotonic(), self._pool.draining)
         if wait is not None:
             self.early += 1  # nothing can be due yet: wait on
-            asyncio.get_running_loop().call_later(wait, self._fire, paced, cmd)
+            self._schedule(paced, cmd, wake)
             return
         self.direct += 1
         handler = paced.handler
