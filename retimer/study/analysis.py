@@ -237,13 +237,15 @@ def _omnibus(model: ScaleModel, scale: str) -> Omnibus:
 
 def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | None,
                                                  list[ModelReport], list[str]]:
-    from retimer.study.mixed_model import fit_scale
+    from retimer.study.mixed_model import fit_pair, fit_scale
     from retimer.study.paired import d_z, paired_t, wilcoxon
 
     model = fit_scale(data, scale)
+    per_pair = model.each_once and len(model.conditions) > 2  # see mixed_model: sphericity
     found = []
     for ref, c in _pairs(model.conditions):
-        got = model.fit.contrast(model.row(c, ref), df_cap=model.df_cap)
+        pair = fit_pair(data, scale, ref, c) if per_pair else model
+        got = pair.fit.contrast(pair.row(c, ref), df_cap=pair.df_cap)
         diffs = differences(data, scale, c, ref)
         spread = len(diffs) >= 2 and statistics.pvariance(diffs) > 0
         companions = (paired_t(diffs), wilcoxon(diffs)) if spread else ()
@@ -254,7 +256,12 @@ def _mixed(data: StudyData, scale: str) -> tuple[list[Comparison], Omnibus | Non
                                 df=got.df,
                                 companions=companions))
     omnibus = _omnibus(model, scale) if len(model.conditions) > 2 else None
-    return found, omnibus, [model.report], model.notes
+    notes = list(model.notes)
+    if per_pair:
+        notes.append(f"{scale}: each condition was rated once per person, so each pair is "
+                     "tested in the model of its own two conditions' ratings (no one residual "
+                     "for every pair); the omnibus F uses the model of all of them")
+    return found, omnibus, [model.report], notes
 
 
 def holm(ps: Sequence[float]) -> list[float]:

@@ -7,6 +7,10 @@ differ in their level and in their effect (a random slope per condition), and a 
 ignores the second calls effects that are not there (Barr et al. 2013, J. Mem. Lang. 68(3)).
 A slope needs repeated ratings of a condition by one person, so a design that rates each
 condition once per person supports `(1 | participant)` (its residual then holds the slopes).
+Its residual is then one variance for every pair of conditions, which people who differ in
+their effects break (sphericity): with three conditions the pooled residual made one pair's
+test conservative (3 % of null studies called) and another's liberal, so there each pair is
+tested in a model of its own two conditions' ratings (`fit_pair`).
 When the maximal fit is singular (a variance or a correlation at its boundary) or does not
 converge, the steps are: drop the correlations (`||`), then the terms whose variance is zero;
 the model fitted and why are reported.
@@ -15,7 +19,7 @@ the model fitted and why are reported.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -23,7 +27,7 @@ from retimer.study.analysis_data import AnalysisError, StudyData
 from retimer.study.lmm import MixedFit, Structure, fit_mixed
 from retimer.study.results import ModelReport
 
-__all__ = ["POSITIONS_AS_FACTOR", "ScaleModel", "fit_scale"]
+__all__ = ["POSITIONS_AS_FACTOR", "ScaleModel", "fit_pair", "fit_scale"]
 
 POSITIONS_AS_FACTOR = 12  # more distinct positions than this: position is a linear trend
 METHOD = "REML; t and F tests with Satterthwaite's degrees of freedom (as lmerTest)"
@@ -44,6 +48,7 @@ class ScaleModel:
     # within-person residual's (ratings - people - other fixed effects), as a fixed-participant
     # analysis would give.
     df_cap: float | None = None
+    each_once: bool = False  # every condition rated once per person: no slopes to fit
 
     def row(self, condition: str, reference: str) -> np.ndarray:
         """The contrast `condition - reference` over the fixed effects."""
@@ -153,4 +158,10 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
     cap = None
     if terms == ["1"] and fit.singular:
         cap = float(fit.observations - fit.groups - (len(names) - 1))
-    return ScaleModel(fit, conditions, report, notes, cap)
+    return ScaleModel(fit, conditions, report, notes, cap, each_once=not replicated)
+
+
+def fit_pair(data: StudyData, scale: str, reference: str, condition: str) -> ScaleModel:
+    """The model of `scale` on the ratings of two conditions only (the reference first)."""
+    rows = [r for r in data.rows if r.condition in (reference, condition)]
+    return fit_scale(replace(data, rows=rows, conditions=[reference, condition]), scale)

@@ -91,6 +91,33 @@ def test_a_crossover_with_no_person_variance_keeps_its_within_person_df() -> Non
     assert c.df == pytest.approx(6.0)
 
 
+def test_three_conditions_rated_once_test_each_pair_in_its_own_model() -> None:
+    """Each condition once per person, three conditions, people who differ in their effects:
+    one residual for every pair (sphericity) does not hold, so a pair's test is the model of
+    its own two conditions' ratings: the same figures as analysing that pair's ratings alone,
+    and said in a note. The omnibus F is the model of all three."""
+    records = simulate_records("latin-square", ["fast", "slow", "slower"], 12, 3,
+                               [0.0, -0.5, -1.0], seed=8, slope_sd=1.0)
+    analysis = analyze(collect(records), checks=False)
+    assert len(analysis.comparisons) == 3 and len(analysis.omnibus) == 1
+    assert any("each pair is tested in the model of its own two conditions" in n
+               for n in analysis.notes)
+    streams = {r.id: r for r in records if isinstance(r, StreamRecord)}
+
+    def condition(r: Record) -> str | None:
+        if isinstance(r, Rating):
+            return r.condition or streams[r.stream].condition
+        return r.condition if isinstance(r, StreamRecord) else None
+
+    for c in analysis.comparisons:
+        pair = [r for r in records if condition(r) in (c.reference, c.condition)]
+        data = collect(pair)
+        data = dataclasses.replace(data, conditions=[c.reference, c.condition])
+        (alone,) = analyze(data, checks=False).comparisons
+        assert (alone.estimate, *alone.ci, alone.p, alone.df) == pytest.approx(
+            (c.estimate, *c.ci, c.p, c.df), rel=1e-9), (c.condition, c.reference)
+
+
 def _participant_means(records: list[Record]) -> dict[str, dict[str, float]]:
     cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in records:
