@@ -155,8 +155,9 @@ def test_a_condition_the_upstream_paces_is_said_loudly_while_the_study_runs(tmp_
                    json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]})
         time.sleep(0.3)
         err = proxy.stderr()
-    assert "condition 'instant' is paced by the upstream" in err and "Check it with --pilot" in err
-    assert "condition 'leisurely'" not in err
+    assert "condition #1 of the study file is paced by the upstream" in err
+    assert "Check it with --pilot" in err and "condition #2" not in err
+    assert "instant" not in err and "leisurely" not in err  # blinded: participants may see it
 
 
 def test_a_fixed_task_plays_one_recorded_reply_at_each_conditions_timing(tmp_path: Path,

@@ -384,8 +384,12 @@ class Study:
         self.feasibility[condition] = (units, late)
         if units >= FEASIBLE_AFTER and late * 2 >= units and condition not in self.infeasible:
             self.infeasible.add(condition)
-            log.warning(f"retimer study: WARNING: condition '{condition}' is paced by the "
-                        f"upstream, not by itself: {late} of its first {units} units were "
+            names = self.design.names if self.design is not None else [condition]
+            place = names.index(condition) + 1 if condition in names else 0
+            # by its place, not its name: participants may see this console (blinding)
+            log.warning(f"retimer study: WARNING: condition #{place} of the study file is "
+                        "paced by the upstream, not by itself: "
+                        f"{late} of its first {units} units were "
                         "upstream-bound (the upstream is slower than the condition); they are "
                         "left out of the analysis. Check it with --pilot N before more "
                         "participants come.")

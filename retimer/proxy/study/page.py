@@ -23,7 +23,6 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import logging
 import os
 import secrets
 import time
@@ -62,8 +61,6 @@ from retimer.study.page_api import (
 )
 from retimer.study.page_app import admin_page, app_page, message_page
 from retimer.study.status import IDLE_S, IdleParticipant, status_lines, summarize
-
-log = logging.getLogger(__name__)
 
 PREFIX = "/study/"
 COOKIE = "retimer_study"
