@@ -26,7 +26,7 @@ from retimer.wire.request import RequestBody
 from retimer.wire.tokenizer import count_tokens
 
 __all__ = ["BUDGET_CHARS", "MEDIA_TOKENS", "MESSAGE_OVERHEAD", "PromptCache", "PromptInfo",
-           "TurnPrompts", "estimate_prompt", "estimate_text_tokens"]
+           "TurnPrompts", "estimate_prompt", "estimate_text_tokens", "segments"]
 
 MESSAGE_OVERHEAD = 3
 """Tokens per message for role markers (OpenAI's cookbook counts 3 per chat message)."""
@@ -139,7 +139,7 @@ class _Json:
         self.value = value
 
 
-def _segments(body: dict[str, Any]) -> tuple[str, list[Any], list[Any]]:
+def segments(body: dict[str, Any]) -> tuple[str, list[Any], list[Any]]:
     """(api, preamble parts, messages) for the known body shapes, else the generic walk."""
     tools = [_Json(body[k]) for k in ("tools", "functions") if body.get(k)]
     if isinstance(body.get("contents"), list):  # Gemini generateContent / streamGenerateContent
@@ -192,7 +192,7 @@ def _estimate_json(request: RequestBody, scope: str) -> PromptInfo:
     data = request.value
     if not isinstance(data, dict):
         return PromptInfo(_count(_leaves(data), _fraction([_leaves(data)])), "generic")
-    api, preamble, messages = _segments(data)
+    api, preamble, messages = segments(data)
     model = request.model
     overhead = MESSAGE_OVERHEAD if api in ("chat", "gemini", "responses") else 0
     parts = ([preamble] if preamble else []) + messages
