@@ -220,6 +220,43 @@ def test_a_database_gone_away_loses_no_unit_no_turn_and_no_rating(tmp_path: Path
     assert "stopped answering" in err and "answers again" in err and "Traceback" not in err
 
 
+def test_instances_idle_through_an_outage_answer_their_first_calls_after_it(tmp_path: Path, fake: FakeLLM) -> None:
+    """Two instances on one database, both idle while it is stopped and started again: their
+    connections died unseen, yet the first call to each after the restart is answered at once
+    (reconnected, no 503), and the participants' units go on where they were, each with its
+    planned condition (after a restart an idle instance's first study message once passed
+    untimed)."""
+    with Postgres() as server:
+        study = slow_study(tmp_path)
+        a = Instance(tmp_path / "a", study, fake.url, server.url, tmp_path / "conf")
+        b = Instance(tmp_path / "b", study, fake.url, server.url, tmp_path / "conf")
+        with a, b, httpx.Client(timeout=30) as c:
+            for proxy, who in ((a, "P1"), (b, "P2")):
+                r = c.post(f"{proxy.url}/v1/chat/completions", json=body(f"{who} q0"),
+                           headers={"X-Retimer-Participant": who})
+                assert r.status_code == 200
+            server.stop("immediate")
+            time.sleep(3)  # nobody calls meanwhile
+            server.start()
+            answers = []
+            for i, (proxy, who) in enumerate(((a, "P1"), (b, "P2"), (b, "P1"), (a, "P2"))):
+                t0 = time.monotonic()  # (a conversation is a unit: each call starts its own)
+                r = c.post(f"{proxy.url}/v1/chat/completions", json=body(f"{who} q{i + 1}"),
+                           headers={"X-Retimer-Participant": who})
+                answers.append((r.status_code, time.monotonic() - t0))
+            time.sleep(0.3)
+            lines = records(a, b)
+            err = a.stderr() + b.stderr()
+    assert [code for code, _ in answers] == [200] * 4, answers
+    assert max(s for _, s in answers[:2]) < 3.0, answers  # no 4 s wait for a dead connection
+    for who in ("P1", "P2"):
+        streams = sorted((x for x in lines if "type" not in x and x["participant"] == who),
+                         key=lambda x: x["unit"])
+        assert [x["unit"] for x in streams] == [0, 1, 2]
+        assert [x["condition"] for x in streams] == planned(study, who, 3)
+    assert "Traceback" not in err
+
+
 def test_a_hung_database_stalls_no_stream(tmp_path: Path, fake: FakeLLM) -> None:
     """PostgreSQL hung (every process stopped) while one participant's reply plays and another's
     request needs the state: the reply plays on without a gap (the state's calls are off the
