@@ -267,6 +267,7 @@ def test_lint_imports_contracts_are_kept() -> None:
 JSON_PARSERS = {
     "retimer.records.reader": "records logs",
     "retimer.cache.entry": "a cache entry's metadata",
+    "retimer.cassette.format": "a cassette's index",
     "retimer.cli.proxy.worker_main": "the main process's messages to a worker",
     "retimer.cli.proxy.workers": "a worker's messages to the main process",
     "retimer.proxy.study.state": "the study state database's JSON columns",

@@ -1,0 +1,163 @@
+"""A cassette's index (`cassette.json`): its calls in the order they were made, each with its
+shape (digests only), its response's status and headers (secrets left out, as the response
+cache keeps them), the name, size and sha256 of its body file, and the upstream's timing.
+Pure: (de)serialisation and checks; `retimer.cassette.store` reads and writes the files.
+
+    {"format": 1, "retimer": "0.x", "created": "2026-12-05T14:00:00+00:00",
+     "calls": [{"shape": {...}, "status": 200, "reason": "OK", "headers": [["content-type",
+                "text/event-stream"]], "url": "https://api.openai.com/v1/chat/completions",
+                "method": "POST", "protocol": "openai-chat", "created": "...",
+                "body": "calls/0001.body", "body_size": 5120, "body_sha256": "...",
+                "upstream": {"ttft_ms": 412.0, "duration_ms": 2310.5, "tokens": 180}}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from retimer.cache.entry import CacheEntry
+from retimer.cassette.shape import CallShape
+
+__all__ = ["FORMAT", "CassetteCall", "CorruptCassette", "IndexedCall", "UpstreamTiming",
+           "body_name", "check_body", "decode_index", "encode_index"]
+
+FORMAT = 1  # bump when the index's layout or the shape's digests change
+_BODY = re.compile(r"calls/\d{4,}\.body\Z")
+
+
+class CorruptCassette(ValueError):
+    """A cassette that cannot be trusted: the message says what is wrong."""
+
+
+@dataclass(frozen=True)
+class UpstreamTiming:
+    """How the upstream answered when the call was recorded (None: not measured)."""
+
+    ttft_ms: float | None = None
+    duration_ms: float | None = None
+    tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CassetteCall:
+    """One recorded call: what matches it, what replays it, and how it went."""
+
+    shape: CallShape
+    entry: CacheEntry
+    upstream: UpstreamTiming
+
+
+@dataclass(frozen=True)
+class IndexedCall:
+    """A call as the index describes it, before its body is read and checked."""
+
+    shape: CallShape
+    entry: CacheEntry  # its body empty until `check_body`
+    upstream: UpstreamTiming
+    body: str  # the body file, relative to the cassette
+    body_size: int
+    body_sha256: str
+
+
+def body_name(number: int) -> str:
+    """The body file of the `number`-th call (from 1)."""
+    return f"calls/{number:04d}.body"
+
+
+def encode_index(calls: Sequence[CassetteCall], *, created: str, version: str) -> bytes:
+    """The index of `calls` (bodies in `body_name(i)`, i from 1)."""
+    out = []
+    for i, call in enumerate(calls, start=1):
+        e = call.entry
+        out.append({
+            "shape": call.shape.to_json(), "status": e.status, "reason": e.reason,
+            "headers": [[k, v] for k, v in e.headers], "url": e.url, "method": e.method,
+            "protocol": e.protocol, "created": e.created, "body": body_name(i),
+            "body_size": len(e.body), "body_sha256": hashlib.sha256(e.body).hexdigest(),
+            "upstream": {"ttft_ms": call.upstream.ttft_ms,
+                         "duration_ms": call.upstream.duration_ms,
+                         "tokens": call.upstream.tokens}})
+    doc = {"format": FORMAT, "retimer": version, "created": created, "calls": out}
+    return json.dumps(doc, ensure_ascii=False, indent=1).encode()
+
+
+def _number(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise CorruptCassette(f"{what} is not a number >= 0")
+    return float(value)
+
+
+def _call(obj: Any, n: int) -> IndexedCall:
+    if not isinstance(obj, dict):
+        raise CorruptCassette(f"call {n} is not a JSON object")
+    try:
+        shape = CallShape.from_json(obj.get("shape"))
+    except ValueError as e:
+        raise CorruptCassette(f"call {n}: {e}") from None
+    status, headers = obj.get("status"), obj.get("headers")
+    if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
+        raise CorruptCassette(f"call {n} has a bad status {status!r}")
+    if not isinstance(headers, list) or not all(
+            isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
+            for h in headers):
+        raise CorruptCassette(f"call {n} has bad headers")
+    strings = {k: obj.get(k) for k in ("reason", "url", "method", "created", "body", "body_sha256")}
+    if not all(isinstance(v, str) for v in strings.values()):
+        raise CorruptCassette(f"call {n} has a field that is not a string")
+    if not _BODY.match(str(strings["body"])):
+        raise CorruptCassette(f"call {n} names a body file outside calls/: {strings['body']!r}")
+    size = obj.get("body_size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise CorruptCassette(f"call {n} has a bad body size")
+    protocol = obj.get("protocol")
+    up = obj.get("upstream") or {}
+    if not isinstance(up, dict):
+        raise CorruptCassette(f"call {n} has a bad upstream timing")
+    tokens = _number(up.get("tokens"), f"call {n}'s upstream tokens")
+    upstream = UpstreamTiming(_number(up.get("ttft_ms"), f"call {n}'s upstream TTFT"),
+                              _number(up.get("duration_ms"), f"call {n}'s upstream duration"),
+                              None if tokens is None else int(tokens))
+    entry = CacheEntry(status=status, headers=[(k, v) for k, v in headers], body=b"",
+                       url=str(strings["url"]), method=str(strings["method"]),
+                       protocol=protocol if isinstance(protocol, str) else None,
+                       created=str(strings["created"]), reason=str(strings["reason"]))
+    return IndexedCall(shape, entry, upstream, str(strings["body"]), size,
+                       str(strings["body_sha256"]))
+
+
+def decode_index(data: bytes) -> tuple[dict[str, str], list[IndexedCall]]:
+    """(the cassette's format, version and creation time as text, its calls in order);
+    CorruptCassette when anything does not add up."""
+    try:
+        doc = json.loads(data)
+    except ValueError as e:
+        raise CorruptCassette(f"not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise CorruptCassette("not a JSON object")
+    if doc.get("format") != FORMAT:
+        raise CorruptCassette(f"format {doc.get('format')!r}; this retimer reads format {FORMAT} "
+                              f"(recorded by retimer {doc.get('retimer', 'unknown')})")
+    calls = doc.get("calls")
+    if not isinstance(calls, list):
+        raise CorruptCassette("it has no list of calls")
+    about = {"retimer": str(doc.get("retimer", "")), "created": str(doc.get("created", ""))}
+    return about, [_call(c, n) for n, c in enumerate(calls, start=1)]
+
+
+def check_body(call: IndexedCall, body: bytes) -> CassetteCall:
+    """The call with its body, once the body is the one the index names."""
+    if len(body) != call.body_size:
+        raise CorruptCassette(f"it has {len(body)} bytes, the index says {call.body_size}")
+    if hashlib.sha256(body).hexdigest() != call.body_sha256:
+        raise CorruptCassette("it is not the body the index names (sha256 differs)")
+    e = call.entry
+    entry = CacheEntry(status=e.status, headers=e.headers, body=body, url=e.url, method=e.method,
+                       protocol=e.protocol, created=e.created, reason=e.reason)
+    return CassetteCall(call.shape, entry, call.upstream)
