@@ -82,6 +82,26 @@ class ReplayServer(LoopbackServer):
         self.pending[token] = hit
         return token
 
+    def serve(self, flow: http.HTTPFlow, entry: CacheEntry) -> None:
+        """Point `flow` at this server, which answers it with `entry`; the request is put
+        back as the client sent it when the server reads it (`Hit.restore`)."""
+        request = flow.request
+        hit = Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
+        token = self.expect(hit)
+        flow.metadata[CACHE_TOKEN_KEY] = token
+        request.headers[REPLAY_HEADER] = token
+        # data fields, not the setters: Host / :authority stay as the client sent them
+        data = request.data
+        data.scheme, data.host, data.port = b"http", "127.0.0.1", self.port
+
+    def forget(self, flow: http.HTTPFlow) -> bool:
+        """A flow pointed here failed before it was served: put its request back (True)."""
+        token = flow.metadata.get(CACHE_TOKEN_KEY)
+        if not token or token not in self.pending:
+            return False
+        self.pending.pop(token).restore()
+        return True
+
     def _answer(self, hit: Hit | None) -> tuple[h11.Response, bytes]:
         """The response for one request: its entry, or an error that closes the connection."""
         if hit is not None:
@@ -164,8 +184,8 @@ class ResponseCache:
 
     # -- mitmproxy's hooks -----------------------------------------------------------------
     def request(self, flow: http.HTTPFlow) -> None:
-        if self.store is None or flow.response is not None:
-            return
+        if self.store is None or flow.response is not None or CACHE_TOKEN_KEY in flow.metadata:
+            return  # (a cassette's replay may have taken it)
         request = flow.request
         if request.stream or request.headers.get("upgrade"):
             return
@@ -186,20 +206,11 @@ class ResponseCache:
         entry = self.store.get(key)
         if entry is None:
             return
-        hit = Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
-        token = self.replay.expect(hit)
         flow.metadata[CACHE_KEY] = "hit"
-        flow.metadata[CACHE_TOKEN_KEY] = token
-        request.headers[REPLAY_HEADER] = token
-        # data fields, not the setters: Host / :authority stay as the client sent them
-        data = request.data
-        data.scheme, data.host, data.port = b"http", "127.0.0.1", self.replay.port
+        self.replay.serve(flow, entry)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        token = flow.metadata.get(CACHE_TOKEN_KEY)
-        if token and token in self.replay.pending:
-            hit = self.replay.pending.pop(token)
-            hit.restore()
+        if self.replay.forget(flow):
             logger.warning(f"retimer: a cache hit was not served: {flow.error}")
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------

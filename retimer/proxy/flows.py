@@ -19,6 +19,7 @@ from retimer.profile.model import Profile
 from retimer.proxy.hooks import (
     ARRIVED_KEY,
     CACHE_KEY,
+    CASSETTE_KEY,
     PROMPT_KEY,
     RECORD_KEY,
     STREAM_KEY,
@@ -142,4 +143,5 @@ def stream_record(
         demo=demo_tags(tags),
         extra=other_fields(tags),
         cache=flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
+        cassette=flow.metadata.get(CASSETTE_KEY),  # a replayed call's match (cassette_addon)
     )

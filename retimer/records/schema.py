@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 __all__ = ["SCHEMA_VERSION", "Demo", "Model", "ParticipantEvent", "Rating", "Record", "Side",
            "StreamRecord", "StudyTags", "Target", "parse_time"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Written in every stream record as `schema`; a record without one is version 1. Version 3:
 a WebSocket turn has an id of its own (`connection` names the socket, `turn` its place) and
 its emitted duration ends with its last message (before: the socket's id, and until the
@@ -170,6 +170,7 @@ class StreamRecord:
     keepalives: int | None = None
     released_early: int | None = None
     cache: str | None = None  # stored | hit | miss | None (cache off)
+    cassette: Mapping[str, object] | None = None  # a replayed call's match: match, call, reason
     study: StudyTags | None = None
     worker: int | None = None  # `retimer --workers N`: 1..N
     demo: Demo | None = None
@@ -233,6 +234,8 @@ class StreamRecord:
         if self.demo is not None:
             out |= self.demo.to_json()
         out["cache"] = self.cache
+        if self.cassette is not None:
+            out["cassette"] = dict(self.cassette)
         return {**out, **{k: v for k, v in self.extra.items() if k not in out}}
 
 

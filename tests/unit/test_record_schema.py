@@ -48,7 +48,7 @@ FULL = StreamRecord(
     lateness_ms={"p50": 0.4, "p99": 1.9, "max": 2.3}, token_counter="retimer-bpe-approx-v1",
     trace={"unit_ms": 0.01, "upstream": {"t": [1870], "n": [3]}}, upstream_bound=False,
     upstream_wait_ms=0.0, strategy="live", smooth_delay_ms=None, fallback=None, keepalives=0,
-    released_early=0, cache="stored",
+    released_early=0, cache="stored", cassette={"match": "replayed", "call": 1, "reason": "replayed"},
     study=StudyTags("s", "P1", "fast", 2, conversation="c", level=400, staircase="1-down/1-up; slow",
                     study_error="state unavailable: x", state_wait_ms=812.5, arrival=3),
     worker=2, demo=Demo(pane=1, run="r1"), connection="c9", turn=2,  # every optional field set

@@ -74,6 +74,14 @@ def proxy_parser() -> OneLineParser:
                    "no upstream call; responses are stored there")
     p.add_argument("--cache-max-mb", metavar="MB", type=int, default=0,
                    help="cap the cache's size, least recently used entries go first")
+    p.add_argument("--record", metavar="DIR", default="",
+                   help="record this session's LLM calls into a new cassette in DIR")
+    p.add_argument("--replay", metavar="DIR", default="",
+                   help="answer this session's LLM calls from the cassette in DIR with the "
+                   "profile's timing and no upstream: any speed, faster than any provider")
+    p.add_argument("--replay-diverged", metavar="WHAT", default="error", choices=("error", "upstream"),
+                   help="a replayed call that matches no recorded call gets: error (a 400, "
+                   "default) or upstream (it goes to its upstream)")
     p.add_argument("--intercept", metavar="REGEX", action="append", default=[],
                    help="also intercept TLS for hosts matching REGEX (host:port), repeatable")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], dest="sets",
@@ -120,6 +128,9 @@ class ProxyConfig:
     study_banner: tuple[str, ...] = ()  # a study's banner lines, shown instead of the timing
     workers: int = 1  # proxy processes sharing the port (retimer.cli.proxy.workers); 1: this process
     study_state: str = ""  # `retimer study --study-state`: positions shared with other instances
+    record: str = ""  # --record DIR: a cassette of this session's calls
+    replay: str = ""  # --replay DIR: the calls answered from this cassette
+    replay_diverged: str = "error"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ProxyConfig:
@@ -139,7 +150,8 @@ class ProxyConfig:
             cache_max_mb=args.cache_max_mb, intercept=tuple(args.intercept),
             sets=tuple(args.sets), quiet=args.quiet, upstream=args.upstream,
             allow_remote=args.allow_remote, proxy_auth=args.proxy_auth,
-            workers=1 if note else workers,
+            workers=1 if note else workers, record=args.record, replay=args.replay,
+            replay_diverged=args.replay_diverged,
         ).checked()
         if note:
             print(f"retimer: {note}", file=sys.stderr, flush=True)
@@ -181,6 +193,11 @@ class ProxyConfig:
             fail(str(e))
         if self.cache_max_mb < 0:
             fail(f"--cache-max-mb: expected a size >= 0, got {self.cache_max_mb:g}")
+        if self.record and self.replay:
+            fail("--record and --replay: one at a time")
+        if (self.record or self.replay) and self.workers > 1:
+            fail(f"{'--record' if self.record else '--replay'}: one process records or replays "
+                 "a session; leave out --workers")
         if not self.upstream:
             return self
         from retimer.proxy.reverse import UpstreamError, parse_upstream

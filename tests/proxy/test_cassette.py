@@ -1,0 +1,112 @@
+"""Session cassettes through the real proxy (retimer.proxy.cassette_addon) with the real openai
+SDK: an agent-like session recorded once against an upstream, then replayed with the upstream
+gone at 15,000 tok/s: each call answered with its own recorded reply (its tool ids and timings
+differ in the second run), the records naming each match; a call the cassette does not hold is
+a 400 in the API's error shape; bad options are one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from retimer.cassette.store import INDEX, read_cassette
+from tests.support.inproc_proxy import InProcessProxy
+from tests.support.proxy import run_cli
+from tests.support.stream_bodies import make_openai_stream
+from tests.support.upstream import FakeLLM
+
+REPLIES = ["I will run the tests first.", "All four tests pass; the parser is fixed."]
+FAST = ("--profile", "human-reading", "--ttft", "20ms", "--tps", "3000", "--jitter", "0")
+
+
+def session(url: str, proxy: str, call_id: str, output: str,
+            on_reply: Any = None) -> list[str]:
+    """Two calls of an agent: the task, then the task with a tool call and its output."""
+    with openai.DefaultHttpxClient(proxy=proxy) as http:
+        client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", http_client=http)
+        task: list[Any] = [{"role": "user", "content": "Fix the parser and run the tests"}]
+        turns = [task, [*task, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "run", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": output}]]
+        texts = []
+        for i, messages in enumerate(turns):
+            if on_reply:
+                on_reply(i)
+            stream = client.chat.completions.create(model="gpt-test", messages=messages, stream=True)
+            texts.append("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+        return texts
+
+
+def test_a_session_recorded_once_replays_with_no_upstream_call_by_call(tmp_path: Path) -> None:
+    cassette = tmp_path / "cassette"
+    with FakeLLM() as fake:
+        def reply(i: int) -> None:
+            fake.openai_body = make_openai_stream(REPLIES[i])
+
+        with InProcessProxy(tmp_path / "rec", *FAST, "--record", str(cassette)) as proxy:
+            recorded = session(fake.url, proxy.url, "call_Ab12Cd34Ef56", "4 passed in 0.31s", reply)
+            proxy.records(2)
+        url = fake.url
+    assert recorded == REPLIES
+    _, calls = read_cassette(cassette)
+    assert [c.entry.status for c in calls] == [200, 200]
+    assert [len(c.shape.messages) for c in calls] == [1, 3]
+    assert all(c.upstream.tokens and c.upstream.ttft_ms is not None for c in calls)
+    assert "Fix the parser" not in (cassette / INDEX).read_text()  # digests only
+
+    # the upstream is gone: every call comes from the cassette
+    with InProcessProxy(tmp_path / "play", "--profile", "human-reading", "--tps", "15000",
+                        "--ttft", "50ms", "--replay", str(cassette)) as proxy:
+        replayed = session(url, proxy.url, "call_Zz98Yy76Xx54", "4 passed in 0.52s")
+        records = proxy.records(2)
+        with openai.DefaultHttpxClient(proxy=proxy.url) as http:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", http_client=http,
+                                   max_retries=0)
+            with pytest.raises(openai.BadRequestError) as refused:
+                client.chat.completions.create(
+                    model="gpt-test", stream=True,
+                    messages=[{"role": "user", "content": "Something else entirely"}])
+    assert replayed == REPLIES
+    assert [r["cassette"] for r in records] == [
+        {"match": "replayed", "call": 1, "reason": "replayed"},
+        {"match": "replayed", "call": 2, "reason": "replayed"}]
+    assert all(r["outcome"] == "complete" and r["target"]["tps"] == 15000 for r in records)
+    assert "matches no recorded call" in str(refused.value)
+    assert "the cassette's 2 calls are used up" in str(refused.value)
+
+
+def test_a_tool_output_that_differs_is_matched_loosely(tmp_path: Path) -> None:
+    cassette = tmp_path / "cassette"
+    with FakeLLM(make_openai_stream("done")) as fake:
+        with InProcessProxy(tmp_path / "rec", *FAST, "--record", str(cassette)) as proxy:
+            session(fake.url, proxy.url, "call_Ab12Cd34Ef56", "a.txt b.txt")
+            proxy.records(2)
+        with InProcessProxy(tmp_path / "play", *FAST, "--replay", str(cassette)) as proxy:
+            session(fake.url, proxy.url, "call_Ab12Cd34Ef56", "a.txt c.txt")
+            records = proxy.records(2)
+            served = len(fake.requests)
+    assert [r["cassette"]["match"] for r in records] == ["replayed", "matched loosely"]
+    assert served == 2  # the recording's two calls only: the replay sent none upstream
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--record", "{d}", "--replay", "{d}"], "retimer: error: --record and --replay: one at a time"),
+    (["--replay", "{d}/none"], "/none/cassette.json: no cassette here"),
+    (["--record", "{d}/c", "--workers", "2"], "--record: one process records or replays a session"),
+])
+def test_bad_cassette_options_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    result = run_cli(*[a.format(d=tmp_path) for a in args], "--listen-port", "0", timeout=30)
+    assert result.returncode != 0
+    assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_a_damaged_cassette_is_refused_at_start_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / INDEX).write_text(json.dumps({"format": 99, "calls": []}))
+    result = run_cli("--replay", str(tmp_path / "c"), "--listen-port", "0", timeout=30)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "format 99; this retimer reads format 1" in result.stderr, result.stderr
