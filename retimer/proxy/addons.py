@@ -10,7 +10,7 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.bridge import PacingBridge
 from retimer.proxy.bridge.pacing import check_internals
 from retimer.proxy.cache_addon import ResponseCache
-from retimer.proxy.cassette_addon import Cassettes
+from retimer.proxy.cassette_addon import Cassettes, UpstreamBoundNotice
 from retimer.proxy.health import HealthCheck
 from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
@@ -35,8 +35,8 @@ def retimer_addons(retimer: Retimer | None = None) -> list[Any]:
     Retimer (pacing, records), Safety (bounds, keep-alives, graceful shutdown), Study (before
     the cache: it answers the rating page itself), StudyPage (the hosted study page, after the
     Study whose design it serves), Cassettes (before the cache: a replayed call is the
-    cassette's), ResponseCache, PacServer and LoopbackTunnels (a warning when
-HTTPS to loopback passes untimed), in the order
+    cassette's), ResponseCache, PacServer, LoopbackTunnels (a warning when
+HTTPS to loopback passes untimed) and UpstreamBoundNotice, in the order
     mitmproxy calls them. Pass `retimer` to keep a handle on it (the live view reads it)."""
     if retimer is None:
         retimer = Retimer(install())
@@ -45,4 +45,4 @@ HTTPS to loopback passes untimed), in the order
 
     study = Study(records)
     return [HealthCheck(retimer.is_draining), retimer, Safety(retimer), study, StudyPage(study, records),
-            Cassettes(), ResponseCache(), PacServer(), LoopbackTunnels()]
+            Cassettes(), ResponseCache(), PacServer(), LoopbackTunnels(), UpstreamBoundNotice()]

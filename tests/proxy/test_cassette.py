@@ -110,3 +110,29 @@ def test_a_damaged_cassette_is_refused_at_start_in_one_line(tmp_path: Path) -> N
     result = run_cli("--replay", str(tmp_path / "c"), "--listen-port", "0", timeout=30)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     assert "format 99; this retimer reads format 1" in result.stderr, result.stderr
+
+
+NOTICE = "streams so far were upstream-bound: the upstream is slower than the profile"
+
+
+@pytest.mark.parametrize("slow_upstream", [True, False], ids=["upstream-bound", "paced"])
+def test_a_run_whose_streams_are_upstream_bound_is_told_once_how_to_feel_that_speed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, slow_upstream: bool) -> None:
+    body = make_openai_stream(" ".join(f"w{i}" for i in range(12)))
+    upstream = FakeLLM(body, per_event_gap=0.03) if slow_upstream else FakeLLM(body)
+    profile = ("--tps", "5000", "--ttft", "1ms") if slow_upstream else ("--tps", "200", "--ttft", "300ms")
+    with upstream as fake, InProcessProxy(tmp_path, "--profile", "human-reading", "--jitter", "0",
+                                          *profile) as proxy:
+        with openai.DefaultHttpxClient(proxy=proxy.url) as http:
+            client = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test", http_client=http)
+            for _ in range(7):
+                list(client.chat.completions.create(model="m", stream=True,
+                                                    messages=[{"role": "user", "content": "hi"}]))
+        records = proxy.records(7)
+    said = [r.getMessage() for r in caplog.records if NOTICE in r.getMessage()]
+    bound = sum(bool(r["upstream_bound"]) for r in records)
+    if slow_upstream:
+        assert bound >= 5 and len(said) == 1, (bound, said)
+        assert "--record DIR" in said[0] and "--replay DIR" in said[0]
+    else:
+        assert bound == 0 and said == []
