@@ -63,6 +63,15 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
         extras.append(f"cache {Path(config.cache).expanduser()}")
     if extras and not config.study_banner:
         console.print(f"  timing   {', '.join(extras)}")
+    if config.record:
+        console.print(f"  cassette recording this session's calls into {Path(config.record).expanduser()}",
+                      markup=False)
+    elif config.replay:
+        console.print(f"  cassette answering calls from {Path(config.replay).expanduser()}, no upstream "
+                      "(any speed)", markup=False)
+    elif not profile.passthrough and not config.study_banner:
+        console.print("  note     a live stream is never sped up past its upstream: --record, --replay",
+                      markup=False)
     if config.upstream:
         from retimer.cli.launch.env import proxy_url
         from retimer.proxy.reverse import base_url_hint
