@@ -15,7 +15,7 @@ from retimer.timing.suggest import closest, did_you_mean
 
 # `retimer WORD`: the subcommands, for "did you mean" (cli.main dispatches them)
 COMMANDS = ("browser", "run", "env", "ca", "study", "demo", "export", "fit", "report", "profiles",
-            "whatif", "addon")
+            "whatif", "addon", "cassette")
 # an option's value that argparse would take for an option: "-1s", "-5ms", "-.5", "-2x"
 _NEGATIVE_VALUE = re.compile(r"-\.?\d")
 _ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|vs|cf|approx|no|fig)|\b[A-Z])$")

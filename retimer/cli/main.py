@@ -89,6 +89,12 @@ def _fit(_: str, argv: list[str]) -> None:
     fit_cmd.main(argv)
 
 
+def _cassette(_: str, argv: list[str]) -> None:
+    from retimer.cli.records import cassette
+
+    cassette.main(argv)
+
+
 def _report(_: str, argv: list[str]) -> None:
     from retimer.cli.records import report as report_cmd
 
@@ -100,7 +106,7 @@ def _report(_: str, argv: list[str]) -> None:
 SUBCOMMANDS: dict[str, Callable[[str, list[str]], None]] = {
     "browser": _browser, "run": _launch, "env": _launch, "ca": _launch, "study": _study,
     "demo": _demo, "export": _export, "fit": _fit, "report": _report, "profiles": _profiles,
-    "whatif": _whatif, "addon": _addon,
+    "whatif": _whatif, "addon": _addon, "cassette": _cassette,
 }
 
 

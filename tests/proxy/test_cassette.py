@@ -57,6 +57,15 @@ def test_a_session_recorded_once_replays_with_no_upstream_call_by_call(tmp_path:
     assert [len(c.shape.messages) for c in calls] == [1, 3]
     assert all(c.upstream.tokens and c.upstream.ttft_ms is not None for c in calls)
     assert "Fix the parser" not in (cassette / INDEX).read_text()  # digests only
+    shown = run_cli("cassette", "show", str(cassette))
+    lines = shown.stdout.splitlines()
+    assert shown.returncode == 0 and lines[0].startswith(f"cassette {cassette}: 2 calls, recorded ")
+    assert [line.split()[:5] for line in lines[2:]] == [
+        ["1", "openai-chat", "gpt-test", "1", "200"], ["2", "openai-chat", "gpt-test", "3", "200"]]
+    assert all(len(line) <= 80 for line in lines[1:])
+    as_json = json.loads(run_cli("cassette", "show", str(cassette), "--json").stdout)
+    assert [(c["call"], c["messages"], c["tokens"]) for c in as_json["calls"]] == [
+        (1, 1, calls[0].upstream.tokens), (2, 3, calls[1].upstream.tokens)]
 
     # the upstream is gone: every call comes from the cassette
     with InProcessProxy(tmp_path / "play", "--profile", "human-reading", "--tps", "15000",
