@@ -163,7 +163,7 @@ def test_the_direct_wake_writes_through_the_writer_and_leaves_the_end_to_the_lay
     driver, stream, rec = paced(ttft=0.0)
     armed: list[float] = []
     driver._state.timers = SimpleNamespace(  # type: ignore[assignment]  # the bridge's loop timers
-        arm=lambda paced, cmd, delay: armed.append(delay) or True)
+        arm=lambda paced, cmd: armed.append(paced.wakeups[cmd]) or True)
     driver.stream, driver.handler = stream, object()  # type: ignore[assignment]  # known: timers arm
     driver.playout.feed(BODY, time.monotonic())
     cmd = PacingWakeup(0.0)

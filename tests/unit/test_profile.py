@@ -53,7 +53,7 @@ def test_embedded_table_matches_the_seed_file() -> None:
 
 def test_every_builtin_loads_and_is_complete() -> None:
     profiles = builtin_profiles()
-    assert len(profiles) == 22
+    assert len(profiles) == 23
     for p in profiles:
         assert p.source and p.description and p.path is not None
         assert p.path.stem in (p.name, f"{p.path.stem[:2]}-{p.name}")
