@@ -31,8 +31,9 @@ def test_the_retimer_command_and_the_mitmdump_script_load_the_same_addons(tmp_pa
     command = [type(a) for a in chain if type(a).__module__.startswith("retimer.")]
     loaded = [type(a) for a in script_addons(script)]
     assert command == loaded
-    assert [c.__name__ for c in loaded] == ["HealthCheck", "Retimer", "Safety", "Study", "StudyPage", "ResponseCache",
-                                             "PacServer", "LoopbackTunnels"]
+    assert [c.__name__ for c in loaded] == ["HealthCheck", "Retimer", "Safety", "Study", "StudyPage", "Cassettes",
+                                             "ResponseCache", "PacServer", "LoopbackTunnels",
+                                             "UpstreamBoundNotice"]
 
 
 def test_a_flows_request_body_is_parsed_once() -> None:
