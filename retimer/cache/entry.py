@@ -60,6 +60,7 @@ __all__ = [
     "key_query",
     "new_entry",
     "storable_headers",
+    "stored_headers",
 ]
 
 FORMAT = 1  # bump when the key derivation or the entry layout changes
@@ -253,6 +254,15 @@ def encode_entry(entry: CacheEntry) -> tuple[bytes, bytes]:
     return json.dumps(meta, ensure_ascii=False, indent=1).encode(), entry.body
 
 
+def stored_headers(value: object) -> list[tuple[str, str]] | None:
+    """Headers as an entry stores them (a list of [name, value] strings), or None if not."""
+    if not isinstance(value, list) or not all(
+        isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h) for h in value
+    ):
+        return None
+    return [(k, v) for k, v in value]
+
+
 def decode_entry(meta_bytes: bytes, body: bytes) -> CacheEntry:
     """The entry these stored bytes hold; CorruptEntry when anything does not add up."""
     try:
@@ -263,13 +273,10 @@ def decode_entry(meta_bytes: bytes, body: bytes) -> CacheEntry:
         raise CorruptEntry("metadata is not a JSON object")
     if meta.get("format") != FORMAT:
         raise CorruptEntry(f"format {meta.get('format')!r}, expected {FORMAT}")
-    status, headers = meta.get("status"), meta.get("headers")
+    status, headers = meta.get("status"), stored_headers(meta.get("headers"))
     if not isinstance(status, int) or not 100 <= status <= 599:
         raise CorruptEntry(f"bad status {status!r}")
-    if not isinstance(headers, list) or not all(
-        isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
-        for h in headers
-    ):
+    if headers is None:
         raise CorruptEntry("bad headers")
     if meta.get("body_size") != len(body):
         raise CorruptEntry(f"body has {len(body)} bytes, expected {meta.get('body_size')}")
@@ -281,7 +288,7 @@ def decode_entry(meta_bytes: bytes, body: bytes) -> CacheEntry:
         raise CorruptEntry("bad metadata field")
     protocol = meta.get("protocol")
     return CacheEntry(
-        status=status, headers=[(k, v) for k, v in headers], body=body,
+        status=status, headers=headers, body=body,
         url=strings["url"], method=strings["method"],
         protocol=protocol if isinstance(protocol, str) else None,
         created=strings["created"], reason=strings["reason"],

@@ -17,10 +17,10 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from retimer.cache.entry import CacheEntry
+from retimer.cache.entry import CacheEntry, stored_headers
 from retimer.cassette.shape import CallShape
 
 __all__ = ["FORMAT", "CassetteCall", "CorruptCassette", "IndexedCall", "UpstreamTiming",
@@ -101,12 +101,10 @@ def _call(obj: Any, n: int) -> IndexedCall:
         shape = CallShape.from_json(obj.get("shape"))
     except ValueError as e:
         raise CorruptCassette(f"call {n}: {e}") from None
-    status, headers = obj.get("status"), obj.get("headers")
+    status, headers = obj.get("status"), stored_headers(obj.get("headers"))
     if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
         raise CorruptCassette(f"call {n} has a bad status {status!r}")
-    if not isinstance(headers, list) or not all(
-            isinstance(h, list) and len(h) == 2 and all(isinstance(x, str) for x in h)
-            for h in headers):
+    if headers is None:
         raise CorruptCassette(f"call {n} has bad headers")
     strings = {k: obj.get(k) for k in ("reason", "url", "method", "created", "body", "body_sha256")}
     if not all(isinstance(v, str) for v in strings.values()):
@@ -124,7 +122,7 @@ def _call(obj: Any, n: int) -> IndexedCall:
     upstream = UpstreamTiming(_number(up.get("ttft_ms"), f"call {n}'s upstream TTFT"),
                               _number(up.get("duration_ms"), f"call {n}'s upstream duration"),
                               None if tokens is None else int(tokens))
-    entry = CacheEntry(status=status, headers=[(k, v) for k, v in headers], body=b"",
+    entry = CacheEntry(status=status, headers=headers, body=b"",
                        url=str(strings["url"]), method=str(strings["method"]),
                        protocol=protocol if isinstance(protocol, str) else None,
                        created=str(strings["created"]), reason=str(strings["reason"]))
@@ -157,7 +155,4 @@ def check_body(call: IndexedCall, body: bytes) -> CassetteCall:
         raise CorruptCassette(f"it has {len(body)} bytes, the index says {call.body_size}")
     if hashlib.sha256(body).hexdigest() != call.body_sha256:
         raise CorruptCassette("it is not the body the index names (sha256 differs)")
-    e = call.entry
-    entry = CacheEntry(status=e.status, headers=e.headers, body=body, url=e.url, method=e.method,
-                       protocol=e.protocol, created=e.created, reason=e.reason)
-    return CassetteCall(call.shape, entry, call.upstream)
+    return CassetteCall(call.shape, replace(call.entry, body=body), call.upstream)
