@@ -3,12 +3,18 @@ shape (digests only), its response's status and headers (secrets left out, as th
 cache keeps them), the name, size and sha256 of its body file, and the upstream's timing.
 Pure: (de)serialisation and checks; `retimer.cassette.store` reads and writes the files.
 
-    {"format": 1, "retimer": "0.x", "created": "2026-12-05T14:00:00+00:00",
+    {"format": 2, "retimer": "0.x", "created": "2026-12-05T14:00:00+00:00",
      "calls": [{"shape": {...}, "status": 200, "reason": "OK", "headers": [["content-type",
                 "text/event-stream"]], "url": "https://api.openai.com/v1/chat/completions",
                 "method": "POST", "protocol": "openai-chat", "created": "...",
                 "body": "calls/0001.body", "body_size": 5120, "body_sha256": "...",
                 "upstream": {"ttft_ms": 412.0, "duration_ms": 2310.5, "tokens": 180}}]}
+
+A WebSocket's turns are calls of their own, with `"socket": N` (the session's N-th recorded
+socket) and `"turn": T` (answering the socket's T-th client message; 0: what the server sent
+before any), the method `WEBSOCKET` in their shape, status 101 and the handshake's headers;
+their body is the server's messages, each as `retimer.wire.protocols.websocket.encode_message`
+frames it (a type byte, a 4-byte length, the payload).
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from retimer.cassette.shape import CallShape
 __all__ = ["FORMAT", "CassetteCall", "CorruptCassette", "IndexedCall", "UpstreamTiming",
            "body_name", "check_body", "decode_index", "encode_index"]
 
-FORMAT = 1  # bump when the index's layout or the shape's digests change
+FORMAT = 2  # bump when the index's layout or the shape's digests change (2: WebSocket turns,
+# timestamps as JSON numbers normalised)
 _BODY = re.compile(r"calls/\d{4,}\.body\Z")
 
 
@@ -50,6 +57,8 @@ class CassetteCall:
     shape: CallShape
     entry: CacheEntry
     upstream: UpstreamTiming
+    socket: int | None = None  # a WebSocket turn's socket, from 1
+    turn: int | None = None  # and its turn: the client message it answers (0: none)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,8 @@ class IndexedCall:
     body: str  # the body file, relative to the cassette
     body_size: int
     body_sha256: str
+    socket: int | None = None
+    turn: int | None = None
 
 
 def body_name(number: int) -> str:
@@ -82,6 +93,8 @@ def encode_index(calls: Sequence[CassetteCall], *, created: str, version: str) -
             "upstream": {"ttft_ms": call.upstream.ttft_ms,
                          "duration_ms": call.upstream.duration_ms,
                          "tokens": call.upstream.tokens}})
+        if call.socket is not None:
+            out[-1].update(socket=call.socket, turn=call.turn)
     doc = {"format": FORMAT, "retimer": version, "created": created, "calls": out}
     return json.dumps(doc, ensure_ascii=False, indent=1).encode()
 
@@ -112,7 +125,7 @@ def _call(obj: Any, n: int) -> IndexedCall:
     if not _BODY.match(str(strings["body"])):
         raise CorruptCassette(f"call {n} names a body file outside calls/: {strings['body']!r}")
     size = obj.get("body_size")
-    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+    if not _count(size) or size is None:
         raise CorruptCassette(f"call {n} has a bad body size")
     protocol = obj.get("protocol")
     up = obj.get("upstream") or {}
@@ -126,8 +139,16 @@ def _call(obj: Any, n: int) -> IndexedCall:
                        url=str(strings["url"]), method=str(strings["method"]),
                        protocol=protocol if isinstance(protocol, str) else None,
                        created=str(strings["created"]), reason=str(strings["reason"]))
+    socket, turn = obj.get("socket"), obj.get("turn")
+    if socket is not None and not (_count(socket) and socket >= 1 and _count(turn)):
+        raise CorruptCassette(f"call {n} has a bad WebSocket socket or turn")
     return IndexedCall(shape, entry, upstream, str(strings["body"]), size,
-                       str(strings["body_sha256"]))
+                       str(strings["body_sha256"]), socket, turn)
+
+
+def _count(value: Any) -> bool:
+    """A whole number >= 0 (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def decode_index(data: bytes) -> tuple[dict[str, str], list[IndexedCall]]:
@@ -155,4 +176,5 @@ def check_body(call: IndexedCall, body: bytes) -> CassetteCall:
         raise CorruptCassette(f"it has {len(body)} bytes, the index says {call.body_size}")
     if hashlib.sha256(body).hexdigest() != call.body_sha256:
         raise CorruptCassette("it is not the body the index names (sha256 differs)")
-    return CassetteCall(call.shape, replace(call.entry, body=body), call.upstream)
+    return CassetteCall(call.shape, replace(call.entry, body=body), call.upstream, call.socket,
+                        call.turn)

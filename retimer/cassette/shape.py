@@ -6,8 +6,10 @@ no prompt).
 A second run of an agent never sends quite the same requests: tool calls get new ids, tool
 output names other temporary files and other timings, a system prompt carries today's date.
 So every string is normalised before it is digested, by these rules (`VOLATILE`, in order):
-UUIDs, ISO 8601 dates and times, Unix timestamps (10 or 13 digits), durations ("1.2s",
-"340 ms"), temporary paths (/tmp/..., /var/folders/...), and ids with a known prefix
+a client's own stamp on each request (Claude Code's `x-anthropic-billing-header:` line in the
+system prompt, whose checksum changes with every call), UUIDs, ISO 8601 dates and times,
+Unix timestamps (10 or 13 digits; as JSON numbers too, such as Codex's `create_time`),
+durations ("1.2s", "340 ms"), temporary paths (/tmp/..., /var/folders/...), ids with a known prefix
 (`call_`, `toolu_`, `fc_`, `msg_`, `resp_`, `chatcmpl-`, ...) or 16+ characters mixing
 letters and digits; each becomes a placeholder. Two digests per message: `messages` (every
 normalised string) and `loose` (the same, but a tool's output counts only as "a tool output":
@@ -28,6 +30,7 @@ from retimer.wire.request import RequestBody
 __all__ = ["VOLATILE", "CallShape", "call_shape", "normalize"]
 
 VOLATILE: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("client stamp", re.compile(r"x-anthropic-billing-header:[^\n]*"), "<client stamp>"),
     ("UUID", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                         r"[0-9a-fA-F]{12}\b"), "<uuid>"),
     ("date and time", re.compile(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
@@ -56,9 +59,12 @@ def normalize(text: str) -> str:
 
 
 def _normalized(value: Any, *, loose: bool) -> Any:
-    """A JSON value with its strings normalised; with `loose`, tool outputs abstracted."""
+    """A JSON value with its strings and timestamps normalised; with `loose`, tool outputs
+    abstracted."""
     if isinstance(value, str):
         return normalize(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and _is_timestamp(value):
+        return "<time>"
     if isinstance(value, list):
         return [_normalized(v, loose=loose) for v in value]
     if isinstance(value, dict):
@@ -66,6 +72,11 @@ def _normalized(value: Any, *, loose: bool) -> Any:
             return _TOOL_OUTPUT
         return {k: _normalized(v, loose=loose) for k, v in value.items()}
     return value
+
+
+def _is_timestamp(number: float) -> bool:
+    """A Unix time in seconds or milliseconds between 2001 and 2286 (a JSON number)."""
+    return 1e9 <= number < 1e10 or 1e12 <= number < 1e13
 
 
 def _is_tool_output(item: dict[str, Any]) -> bool:

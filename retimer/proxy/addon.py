@@ -26,7 +26,14 @@ from retimer.profile.settings import ProfileSettings
 from retimer.profile.streams import new_stream
 from retimer.proxy.bridge import PacingBridge
 from retimer.proxy.bridge.websocket import WebSocketPacing
-from retimer.proxy.flows import destination_host, request_body, request_start, stream_record, to_llm_api
+from retimer.proxy.flows import (
+    destination_host,
+    is_llm_websocket,
+    request_body,
+    request_start,
+    stream_record,
+    to_llm_api,
+)
 from retimer.proxy.gcpolicy import IDLE_AFTER_S, FullPasses
 from retimer.proxy.hooks import (
     ARRIVED_KEY,
@@ -53,7 +60,7 @@ from retimer.wire.classify import Treatment, Verdict, classify
 from retimer.wire.encoding import Decoder
 from retimer.wire.prompt import PromptCache, PromptInfo, TurnPrompts, estimate_prompt
 from retimer.wire.protocols.base import Adapter, RequestShape
-from retimer.wire.protocols.websocket import WebSocketMessageAdapter, is_llm_websocket_path, turn_request
+from retimer.wire.protocols.websocket import WebSocketMessageAdapter, turn_request
 from retimer.wire.whole import timing_line
 
 logger = logging.getLogger("retimer")
@@ -310,8 +317,7 @@ class Retimer:
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         if self.profile is None:
             return  # a passthrough profile still paces nothing, but records every turn
-        request = flow.request
-        if to_llm_api(flow) or is_llm_websocket_path(request.path):
+        if is_llm_websocket(flow):
             flow.metadata[STREAM_KEY] = {"protocol": WebSocketMessageAdapter.name}
             self.websockets.start(flow)
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -41,28 +40,15 @@ from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
 from retimer.proxy.flows import destination_host, destination_url, request_body
 from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY, StreamHandle
-from retimer.proxy.loopback import LoopbackServer
+from retimer.proxy.loopback import REPLAY_HEADER, LoopbackServer, Redirect
 from retimer.records.schema import StreamRecord
 
 logger = logging.getLogger("retimer")
 
-REPLAY_HEADER = "x-retimer-replay"
-
-
 @dataclass(slots=True)
 class Hit:
-    flow: http.HTTPFlow
+    redirect: Redirect
     entry: CacheEntry
-    scheme: bytes
-    host: str
-    port: int
-
-    def restore(self) -> None:
-        """The request as the client sent it (data fields: the setters rewrite Host)."""
-        data = self.flow.request.data
-        data.scheme, data.host, data.port = self.scheme, self.host, self.port
-        self.flow.request.headers.pop(REPLAY_HEADER, None)
-        self.flow.metadata.pop(CACHE_TOKEN_KEY, None)
 
 
 class ReplayServer(LoopbackServer):
@@ -77,35 +63,24 @@ class ReplayServer(LoopbackServer):
         super().stop()
         self.pending.clear()
 
-    def expect(self, hit: Hit) -> str:
-        token = secrets.token_urlsafe(24)
-        self.pending[token] = hit
-        return token
-
     def serve(self, flow: http.HTTPFlow, entry: CacheEntry) -> None:
         """Point `flow` at this server, which answers it with `entry`; the request is put
-        back as the client sent it when the server reads it (`Hit.restore`)."""
-        request = flow.request
-        hit = Hit(flow, entry, request.data.scheme, request.data.host, request.data.port)
-        token = self.expect(hit)
-        flow.metadata[CACHE_TOKEN_KEY] = token
-        request.headers[REPLAY_HEADER] = token
-        # data fields, not the setters: Host / :authority stay as the client sent them
-        data = request.data
-        data.scheme, data.host, data.port = b"http", "127.0.0.1", self.port
+        back as the client sent it when the server reads it (`Redirect.restore`)."""
+        redirect = Redirect.to(flow, self.port, CACHE_TOKEN_KEY)
+        self.pending[redirect.token] = Hit(redirect, entry)
 
     def forget(self, flow: http.HTTPFlow) -> bool:
         """A flow pointed here failed before it was served: put its request back (True)."""
         token = flow.metadata.get(CACHE_TOKEN_KEY)
         if not token or token not in self.pending:
             return False
-        self.pending.pop(token).restore()
+        self.pending.pop(token).redirect.restore()
         return True
 
     def _answer(self, hit: Hit | None) -> tuple[h11.Response, bytes]:
         """The response for one request: its entry, or an error that closes the connection."""
         if hit is not None:
-            hit.restore()  # before any byte of the response: responseheaders sees the original
+            hit.redirect.restore()  # before any byte of the response: responseheaders sees the original
             entry = hit.entry
             try:
                 head = h11.Response(

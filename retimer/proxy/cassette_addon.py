@@ -1,43 +1,56 @@
 """Session cassettes (`--record DIR`, `--replay DIR`): a session's LLM calls recorded once,
 then answered from the cassette with the profile's timing and no upstream.
 
-Recording keeps what the response cache keeps, in the order the calls ended: each paced
-stream that completed with status 200 (no API error, nothing passed on unparsed), with its
+Recording keeps, in the order the calls ended: each paced stream that completed with status
+200 (no API error, nothing passed on unparsed), each whole (non-streaming) LLM answer with
+status 200, and each turn of an LLM WebSocket (`retimer.proxy.cassette_sockets`), with its
 request's shape (`retimer.cassette.shape`: digests, never the prompt) and the upstream's
-timing. Replaying matches each LLM call (`retimer.wire.classify.is_llm_call`) to a recorded
-one (`retimer.cassette.match`) and serves it through a replay server on loopback, as the
-cache serves a hit, so the Retimer addon paces it like any stream. A call that matches none
-gets a 400 in the API's error shape (clients do not retry a 400), or, with
-`retimer_replay_diverged=upstream`, goes to its upstream. Each replayed call's record names
-its match (`cassette`). Calls on a WebSocket, gRPC over HTTP/2 and non-streaming answers are
-not recorded yet.
+timing. Replaying matches each LLM call (`retimer.wire.classify.is_llm_call`) and each
+WebSocket client message to a recorded one (`retimer.cassette.match`) and serves it from a
+replay server on loopback, as the cache serves a hit, so the Retimer addon paces it like any
+stream. A call that matches none gets a 400 in the API's error shape (clients do not retry a
+400), or, with `retimer_replay_diverged=upstream`, goes to its upstream; a WebSocket turn
+that matches none gets an `error` event (its socket is the replay's: it has no upstream to
+go to). Each replayed call's record names its match (`cassette`). gRPC over HTTP/2 is not
+recorded (it ends in trailers, which a recorded body does not keep).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
 
 from mitmproxy import ctx, exceptions, http
 from mitmproxy.addonmanager import Loader
 
 from retimer.cache.entry import new_entry
 from retimer.cassette.format import CassetteCall, UpstreamTiming
-from retimer.cassette.match import CassetteMatcher, Match
+from retimer.cassette.match import CassetteMatcher, Match, Verdict
 from retimer.cassette.shape import call_shape
 from retimer.cassette.store import CassetteError, CassetteWriter, read_cassette
 from retimer.proxy.cache_addon import ReplayServer
-from retimer.proxy.flows import destination_host, destination_url, request_body
-from retimer.proxy.hooks import CASSETTE_KEY, STREAM_KEY, StreamHandle
+from retimer.proxy.cassette_sockets import (
+    FinishedTurn,
+    ReplayedSocket,
+    SocketRecording,
+    SocketReplayServer,
+)
+from retimer.proxy.flows import destination_host, destination_url, is_llm_websocket, request_body
+from retimer.proxy.hooks import CASSETTE_KEY, CASSETTE_TURNS_KEY, STREAM_KEY, StreamHandle
 from retimer.records.schema import StreamRecord
 from retimer.wire.classify import is_llm_call
 from retimer.wire.hosts import is_llm_host
 from retimer.wire.protocols.base import RequestShape
+from retimer.wire.protocols.websocket import decode_messages
 
 logger = logging.getLogger("retimer")
 
 DIVERGED = ("error", "upstream")
+SOCKET = "WEBSOCKET"  # the method of a WebSocket turn's shape
 NOTICE_AFTER = 5  # streams seen before a run is called mostly upstream-bound
 
 
@@ -49,7 +62,12 @@ class Cassettes:
         self.calls: list[CassetteCall] = []
         self.matcher: CassetteMatcher | None = None
         self.replay = ReplayServer()
+        self.socket_replay = SocketReplayServer()
         self.counts: Counter[Match] = Counter()
+        self.sockets = 0  # sockets recorded so far
+        self.recording: dict[str, SocketRecording] = {}  # flow id: a socket being recorded
+        self.replaying: dict[str, ReplayedSocket] = {}  # flow id: a socket being replayed
+        self.turn_tokens: dict[tuple[str, int], int | None] = {}  # (flow id, turn): tokens
 
     def load(self, loader: Loader) -> None:
         loader.add_option(
@@ -70,7 +88,7 @@ class Cassettes:
         if updated & {"retimer_record", "retimer_replay"}:
             if opts.retimer_record and opts.retimer_replay:
                 raise exceptions.OptionsError("--record and --replay: one at a time")
-            self.writer, self.matcher, self.calls = None, None, []
+            self.writer, self.matcher, self.calls, self.sockets = None, None, [], 0
             try:
                 if opts.retimer_record:
                     self.writer = CassetteWriter(opts.retimer_record)
@@ -86,9 +104,11 @@ class Cassettes:
     async def running(self) -> None:
         if self.matcher is not None:
             await self.replay.start()
+            await self.socket_replay.start()
 
     def done(self) -> None:
         self.replay.stop()
+        self.socket_replay.stop()
         if self.writer is not None:
             logger.warning(f"retimer: cassette {self.writer.dir}: {len(self.writer.calls)} "
                            "calls recorded")
@@ -103,6 +123,9 @@ class Cassettes:
         if matcher is None or flow.response is not None:
             return
         request = flow.request
+        if request.headers.get("upgrade", "").lower() == "websocket":
+            self._replay_socket(flow, matcher)
+            return
         if request.stream or request.headers.get("upgrade"):
             return
         host = destination_host(flow)
@@ -113,25 +136,45 @@ class Cassettes:
             return
         verdict = matcher.match(call_shape(request.method, request.path, body))
         self.counts[verdict.match] += 1
-        flow.metadata[CASSETTE_KEY] = {
-            "match": verdict.match.value,
-            "call": None if verdict.index is None else verdict.index + 1,
-            "reason": verdict.reason}
+        flow.metadata[CASSETTE_KEY] = _described(verdict)
         if verdict.index is not None:
             self.replay.serve(flow, self.calls[verdict.index].entry)
             return
         logger.warning(f"retimer: cassette: a call to {request.path} diverged: {verdict.reason}")
         if ctx.options.retimer_replay_diverged == "upstream":
             return
-        message = (f"retimer cassette: this call matches no recorded call ({verdict.reason}); "
-                   "record the session again, or replay with --replay-diverged upstream")
-        flow.response = http.Response.make(400, json.dumps({"type": "error", "error": {
-            "type": "retimer_cassette_diverged", "code": 400, "status": "FAILED_PRECONDITION",
-            "message": message}}).encode(), {"content-type": "application/json"})
+        flow.response = http.Response.make(400, _diverged_error(verdict, "a call"),
+                                           {"content-type": "application/json"})
 
     def error(self, flow: http.HTTPFlow) -> None:
-        if self.replay.forget(flow):
+        if self.replay.forget(flow) or self.socket_replay.forget(flow):
             logger.warning(f"retimer: a replayed call was not served: {flow.error}")
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        if self.writer is not None and is_llm_websocket(flow):
+            self.sockets += 1
+            self.recording[flow.id] = SocketRecording(self.sockets)
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        if flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        if message.injected:
+            return  # retimer's paced copy of a server message, or an error of ours
+        if (recording := self.recording.get(flow.id)) is not None:
+            now = time.monotonic()
+            if message.from_client:
+                self._add_turn(flow, recording, recording.client_message(message.content, now))
+            else:
+                recording.server_message(message.content, message.is_text, now)
+        elif (socket := self.replaying.get(flow.id)) is not None and message.from_client:
+            socket.told += 1
+            socket.answers.append(self._replay_turn(flow, socket.told, message.content))
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.replaying.pop(flow.id, None)
+        if (recording := self.recording.pop(flow.id, None)) is not None:
+            self._add_turn(flow, recording, recording.finish())
 
     # -- the Retimer addon's hooks (retimer.proxy.hooks) -----------------------------------
     def retimer_stream_start(self, flow: http.HTTPFlow, stream: StreamHandle) -> None:
@@ -141,13 +184,19 @@ class Cassettes:
     def retimer_stream_done(self, flow: http.HTTPFlow, stream: StreamHandle, record: StreamRecord) -> None:
         writer = self.writer
         response = flow.response
-        if (
-            writer is None or response is None or response.status_code != 200
-            or record.outcome != "complete" or (body := stream.body) is None
-            or stream.fallback is not None or stream.adapter.api_error
-            or stream.adapter.anomaly is not None
+        if writer is None or response is None or response.status_code != 200:
+            return
+        if record.protocol == "non-streaming":  # held whole: the body is the response's
+            body = response.get_content(strict=False)
+        elif (
+            record.outcome != "complete" or stream.fallback is not None
+            or stream.adapter.api_error or stream.adapter.anomaly is not None
             or stream.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
         ):
+            return
+        else:
+            body = stream.body
+        if body is None:
             return
         request = flow.request
         entry = new_entry(
@@ -157,11 +206,99 @@ class Cassettes:
         up = record.upstream
         timing = UpstreamTiming(
             up.ttft_ms if up else None, up.duration_ms if up else None, up.tokens if up else None)
+        self._add(CassetteCall(call_shape(request.method, request.path, request_body(flow)),
+                               entry, timing))
+
+    def retimer_record(self, record: StreamRecord) -> None:
+        if record.connection in self.recording and record.turn is not None:
+            self.turn_tokens[record.connection, record.turn] = (
+                record.upstream.tokens if record.upstream else None)
+
+    # -- internals -------------------------------------------------------------------------
+    def _add(self, call: CassetteCall) -> None:
+        assert self.writer is not None
         try:
-            writer.add(CassetteCall(call_shape(request.method, request.path, request_body(flow)),
-                                    entry, timing))
+            self.writer.add(call)
         except CassetteError as e:
             logger.warning(f"retimer: cannot record a call: {e}")
+
+    def _add_turn(self, flow: http.HTTPFlow, recording: SocketRecording,
+                  turn: FinishedTurn | None) -> None:
+        """A WebSocket turn that is over, into the cassette (with the tokens its record
+        counted, when the Retimer addon paced it)."""
+        if turn is None or self.writer is None or flow.response is None:
+            return
+        response = flow.response
+        entry = new_entry(
+            response.status_code, response.reason, response.headers.items(multi=True), turn.body,
+            url=destination_url(flow), method=flow.request.method, protocol="websocket",
+            created=datetime.now(UTC).isoformat(timespec="seconds"))
+        tokens = self.turn_tokens.pop((flow.id, turn.turn), None)
+        timing = UpstreamTiming(turn.timing.ttft_ms, turn.timing.duration_ms, tokens)
+        self._add(CassetteCall(call_shape(SOCKET, flow.request.path, turn.asked), entry, timing,
+                               recording.socket, turn.turn))
+
+    def _replay_socket(self, flow: http.HTTPFlow, matcher: CassetteMatcher) -> None:
+        """A WebSocket handshake: answered by the socket replay server when the cassette
+        holds turns on its path; otherwise a call that diverged."""
+        if not is_llm_websocket(flow):
+            return
+        path = flow.request.path.split("?", 1)[0]
+        recorded = [c for c in self.calls if c.socket is not None and c.shape.path == path]
+        if not recorded:
+            verdict = Verdict(Match.DIVERGED, None, "the cassette holds no WebSocket on this path")
+            self.counts[verdict.match] += 1
+            flow.metadata[CASSETTE_KEY] = _described(verdict)
+            logger.warning(f"retimer: cassette: a WebSocket to {path} diverged: {verdict.reason}")
+            if ctx.options.retimer_replay_diverged != "upstream":
+                flow.response = http.Response.make(400, _diverged_error(verdict, "a WebSocket"),
+                                                   {"content-type": "application/json"})
+            return
+        first: list[tuple[bytes, bool]] = []
+        turns: dict[int, dict[str, Any]] = {}
+        if any(c.turn == 0 for c in recorded):
+            verdict = matcher.match(call_shape(SOCKET, path, b""))
+            self.counts[verdict.match] += 1
+            turns[0] = _described(verdict)
+            if verdict.index is not None:
+                first = decode_messages(self.calls[verdict.index].entry.body)
+        flow.metadata[CASSETTE_TURNS_KEY] = turns
+        self.replaying[flow.id] = self.socket_replay.serve(flow, first)
+
+    def _replay_turn(self, flow: http.HTTPFlow, turn: int, asked: bytes) -> list[tuple[bytes, bool]]:
+        """What the replay server answers a client message with: its recorded turn's
+        messages, or an `error` event when it matches none."""
+        assert self.matcher is not None
+        verdict = self.matcher.match(call_shape(SOCKET, flow.request.path, asked))
+        self.counts[verdict.match] += 1
+        flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = _described(verdict)
+        if verdict.index is not None:
+            return decode_messages(self.calls[verdict.index].entry.body)
+        logger.warning(f"retimer: cassette: a WebSocket turn on {flow.request.path} diverged: "
+                       f"{verdict.reason}")
+        return [(_diverged_error(verdict, "a WebSocket turn", event=True), True)]
+
+
+def _described(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as the record's `cassette` field holds it."""
+    return {"match": verdict.match.value,
+            "call": None if verdict.index is None else verdict.index + 1,
+            "reason": verdict.reason}
+
+
+def _diverged_error(verdict: Verdict, what: str, *, event: bool = False) -> bytes:
+    """The error a call that diverged gets, in the shape the APIs give theirs (an `error` with
+    a `type` and a `message`, and the fields OpenAI, Anthropic and Gemini clients look for);
+    on a WebSocket, the Responses API's error event (a `status`, a string `code`)."""
+    message = (f"retimer cassette: {what} that matches no recorded call ({verdict.reason}); "
+               "record the session again, or replay with --replay-diverged upstream")
+    if event:
+        return json.dumps({"type": "error", "status": 400, "error": {
+            "type": "invalid_request_error", "code": "retimer_cassette_diverged",
+            "message": message}}).encode()
+    return json.dumps({"type": "error", "error": {
+        "type": "retimer_cassette_diverged", "code": 400, "status": "FAILED_PRECONDITION",
+        "message": message}}).encode()
 
 
 class UpstreamBoundNotice:

@@ -20,6 +20,7 @@ from retimer.proxy.hooks import (
     ARRIVED_KEY,
     CACHE_KEY,
     CASSETTE_KEY,
+    CASSETTE_TURNS_KEY,
     PROMPT_KEY,
     RECORD_KEY,
     STREAM_KEY,
@@ -30,6 +31,7 @@ from retimer.records.redact import redact_url
 from retimer.records.schema import Model, Side, StreamRecord, Target
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.hosts import is_llm_host
+from retimer.wire.protocols.websocket import is_llm_websocket_path
 from retimer.wire.request import RequestBody
 
 _bodies: weakref.WeakKeyDictionary[http.HTTPFlow, RequestBody] = weakref.WeakKeyDictionary()
@@ -60,6 +62,12 @@ def to_llm_api(flow: http.HTTPFlow) -> bool:
     """Whether the flow goes to an LLM API: a known LLM host, or reverse mode's upstream, which
     is one by definition (a local model server on loopback too)."""
     return isinstance(flow.client_conn.proxy_mode, ReverseMode) or is_llm_host(destination_host(flow))
+
+
+def is_llm_websocket(flow: http.HTTPFlow) -> bool:
+    """Whether the flow's WebSocket is an LLM API's: to an LLM API, or on a path only LLM
+    APIs use (`retimer.wire.protocols.websocket.is_llm_websocket_path`)."""
+    return to_llm_api(flow) or is_llm_websocket_path(flow.request.path)
 
 
 def destination_url(flow: http.HTTPFlow) -> str:
@@ -93,6 +101,13 @@ def _passthrough_model(flow: http.HTTPFlow) -> dict[str, Any]:
     if not isinstance(known, tuple):
         return {}
     return {"prompt_tokens": known[0], "cached_tokens": known[1]}
+
+
+def _cassette_match(flow: http.HTTPFlow, turn: int | None) -> Any:
+    """A replayed call's match: the flow's, or a WebSocket turn's own."""
+    if turn is None:
+        return flow.metadata.get(CASSETTE_KEY)
+    return flow.metadata.get(CASSETTE_TURNS_KEY, {}).get(turn)
 
 
 def stream_record(
@@ -143,5 +158,5 @@ def stream_record(
         demo=demo_tags(tags),
         extra=other_fields(tags),
         cache=flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
-        cassette=flow.metadata.get(CASSETTE_KEY),  # a replayed call's match (cassette_addon)
+        cassette=_cassette_match(flow, turn),  # a replayed call's match (cassette_addon)
     )

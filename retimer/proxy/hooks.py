@@ -27,6 +27,7 @@ STREAM_KEY = "retimer"  # Retimer: {"index": stream index, "protocol": adapter n
 PROFILE_KEY = "retimer_profile"  # Study: the Profile chosen for this flow, used instead of the configured one
 RECORD_KEY = "retimer_record"  # Study, demo, workers, any addon: fields for this flow's record
 CASSETTE_KEY = "retimer_cassette"  # Cassettes: a replayed call's match (also a record field)
+CASSETTE_TURNS_KEY = "retimer_cassette_turns"  # Cassettes: {turn: match} of a replayed WebSocket
 CACHE_KEY = "retimer_cache"  # ResponseCache: "hit" | "miss" | "stored" (also a record field)
 CACHE_ENTRY_KEY = "retimer_cache_key"  # ResponseCache: the request's cache key
 CACHE_TOKEN_KEY = "retimer_cache_token"  # ResponseCache: the replay server's token of a hit

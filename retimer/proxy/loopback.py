@@ -1,18 +1,64 @@
-"""Small HTTP/1.1 servers on loopback (h11 on asyncio, a random port on 127.0.0.1): the response
-cache's replay server and `retimer demo`'s content server. What they share is here: listening,
-keep-alive, reading a whole request, and aborting every connection on stop; each says only how
-it answers a request.
+"""Small servers on loopback (asyncio, a random port on 127.0.0.1): the response cache's and
+the cassettes' replay servers and `retimer demo`'s content server. What they share is here:
+listening, keep-alive, reading a whole HTTP/1.1 request (h11), aborting every connection on
+stop, and pointing a flow at such a server and back (`Redirect`); each says only how it
+answers a request (`respond`), or a WebSocket server how it serves a connection
+(`serve_connection`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import h11
 
+if TYPE_CHECKING:  # the demo's server uses this module without a proxy
+    from mitmproxy import http
+
+REPLAY_HEADER = "x-retimer-replay"
+
+
+@dataclass(slots=True)
+class Redirect:
+    """A flow pointed at a loopback server, with where it was going. The server puts the
+    request back as the client sent it (`restore`) on reading it, before any byte of its
+    answer, so the Retimer addon, records and mitmweb see the request as sent, while
+    `flow.server_conn` truthfully names the loopback server. The token (random per flow, in
+    REPLAY_HEADER and under `metadata_key`) ties the request to what answers it."""
+
+    flow: http.HTTPFlow
+    scheme: bytes
+    host: str
+    port: int
+    token: str
+    metadata_key: str
+
+    @classmethod
+    def to(cls, flow: http.HTTPFlow, port: int, metadata_key: str) -> Redirect:
+        """Point `flow` at 127.0.0.1:`port` over plain HTTP (data fields, not the setters:
+        Host / :authority stay as the client sent them)."""
+        data = flow.request.data
+        redirect = cls(flow, data.scheme, data.host, data.port, secrets.token_urlsafe(24),
+                       metadata_key)
+        flow.metadata[metadata_key] = redirect.token
+        flow.request.headers[REPLAY_HEADER] = redirect.token
+        data.scheme, data.host, data.port = b"http", "127.0.0.1", port
+        return redirect
+
+    def restore(self) -> None:
+        """The request as the client sent it."""
+        data = self.flow.request.data
+        data.scheme, data.host, data.port = self.scheme, self.host, self.port
+        self.flow.request.headers.pop(REPLAY_HEADER, None)
+        self.flow.metadata.pop(self.metadata_key, None)
+
 
 class LoopbackServer:
-    """Serves HTTP/1.1 on 127.0.0.1; subclasses write each response in `respond`."""
+    """Serves HTTP/1.1 on 127.0.0.1; subclasses write each response in `respond` (or serve
+    a whole connection their own way in `serve_connection`)."""
 
     def __init__(self) -> None:
         self.port = 0
@@ -41,6 +87,14 @@ class LoopbackServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
+        try:
+            await self.serve_connection(reader, writer)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answer HTTP/1.1 requests, kept alive, until the peer goes."""
         conn = h11.Connection(h11.SERVER)
         try:
             while True:
@@ -53,9 +107,6 @@ class LoopbackServer:
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError):
             writer.transport.abort()
-        finally:
-            self._writers.discard(writer)
-            writer.close()
 
 
 async def read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:

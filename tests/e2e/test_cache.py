@@ -241,16 +241,19 @@ def test_replay_server_answers_only_expected_tokens():
     """The loopback replay server serves a hit once, to its token; anything else gets 404."""
     from mitmproxy.test import tflow
 
-    from retimer.proxy.cache_addon import REPLAY_HEADER, Hit, ReplayServer
+    from retimer.proxy.cache_addon import ReplayServer
+    from retimer.proxy.hooks import CACHE_TOKEN_KEY
+    from retimer.proxy.loopback import REPLAY_HEADER
 
     async def main() -> list[bytes]:
         server = ReplayServer()
         await server.start()
         flow = tflow.tflow()
         original = (flow.request.data.scheme, flow.request.data.host, flow.request.data.port)
-        token = server.expect(Hit(flow, _entry(b"data: cached\n\n"), *original))
-        flow.request.data.host, flow.request.data.port = "127.0.0.1", server.port
-        flow.request.headers[REPLAY_HEADER] = token
+        server.serve(flow, _entry(b"data: cached\n\n"))
+        assert (flow.request.data.host, flow.request.data.port) == ("127.0.0.1", server.port)
+        token = flow.request.headers[REPLAY_HEADER]
+        assert flow.metadata[CACHE_TOKEN_KEY] == token
         answers = []
         for sent in (token, token, "forged"):
             reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -259,8 +262,8 @@ def test_replay_server_answers_only_expected_tokens():
             await writer.drain()
             answers.append(await reader.read(65536))
             writer.close()
-        assert (flow.request.data.host, flow.request.data.port) == original[1:]
-        assert REPLAY_HEADER not in flow.request.headers
+        assert (flow.request.data.scheme, flow.request.data.host, flow.request.data.port) == original
+        assert REPLAY_HEADER not in flow.request.headers and CACHE_TOKEN_KEY not in flow.metadata
         server.stop()
         return answers
 

@@ -62,6 +62,7 @@ from tests.support.clients.agent_harness import (
     summary,
     whatif_waits,
 )
+from tests.support.clients.cassette_run import check_cassette_replay
 from tests.support.clients.fakeapi import FakeAPI
 from tests.support.clients.pacing import benchmarking, write_bench_row
 
@@ -277,3 +278,18 @@ def test_clients_are_installed_at_their_pins() -> None:
         want = pins.split(pin, 1)[1].split()[0].strip('"')
         assert want in out.stdout, f"{binary.name} --version says {out.stdout!r}, pinned {want}"
     assert shutil.which("node"), "Gemini CLI needs Node >= 20 on PATH"
+
+
+REPLAYED = [pytest.param(a, m, id=f"{a}-{m}") for a, m in (
+    ("claude-code", "reverse"), ("claude-code", "forward"), ("codex-ws", "reverse"),
+    ("codex-sse", "forward"), ("gemini-cli", "reverse"), ("gemini-cli-auto", "forward"),
+    ("opencode", "reverse"))]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("name", "mode"), REPLAYED)
+def test_agent_session_replays_from_a_cassette_without_its_upstream(
+        name: str, mode: str, fake_api: FakeAPI, agent_proxies: Proxies, tmp_path: Path) -> None:
+    """Recorded once, replayed at 15,000 tok/s with nothing listening upstream: the agent
+    does its task again, every call from the cassette (tests/support/clients/cassette_run.py)."""
+    check_cassette_replay(AGENTS[name], mode, fake_api, fake_api.script, agent_proxies, tmp_path)

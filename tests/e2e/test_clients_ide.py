@@ -45,6 +45,7 @@ from tests.support.clients.agent_harness import (
     summary,
     whatif_waits,
 )
+from tests.support.clients.cassette_run import check_cassette_replay
 from tests.support.clients.fakeapi import FakeAPI
 
 MODEL = "gpt-4o"
@@ -234,3 +235,17 @@ def test_copilot_websocket_and_sse_sessions_get_the_same_whatif(
     assert [r["protocol"] for r in ws.records] == ["websocket"] * len(sse.records), summary(ws.records)
     over_ws, over_sse = whatif_waits(ws.records, tmp_path / "ws"), whatif_waits(sse.records, tmp_path / "sse")
     assert over_ws == pytest.approx(over_sse, rel=0.05), (over_ws, over_sse)
+
+
+REPLAYED = [pytest.param(a, m, id=f"{a}-{m}") for a, m in (
+    ("cline", "reverse"), ("kilo", "forward"), ("continue", "reverse"), ("qwen-code", "reverse"),
+    ("copilot-ws", "reverse"))]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(("name", "mode"), REPLAYED)
+def test_ide_agent_session_replays_from_a_cassette_without_its_upstream(
+        name: str, mode: str, fake_api: FakeAPI, agent_proxies: Proxies, tmp_path: Path) -> None:
+    """Recorded once, replayed at 15,000 tok/s with nothing listening upstream: the engine
+    does its task again, every call from the cassette (tests/support/clients/cassette_run.py)."""
+    check_cassette_replay(AGENTS[name], mode, fake_api, fake_api.script, agent_proxies, tmp_path)

@@ -26,7 +26,7 @@ from retimer.wire.tokenizer import count_tokens, split_tokens
 from tests.support.adapter_checks import channel_texts, random_pieces
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.stream_bodies import FIXTURES
-from tests.support.wsfake import FakeWSLLM, ProxiedWSClient, WSReply
+from tests.support.wsfake import PREWARM, FakeWSLLM, ProxiedWSClient, WSReply, responses_turn
 
 TEXT, REASONING, TOOL_ARGS = Channel.TEXT, Channel.REASONING, Channel.TOOL_ARGS
 
@@ -326,32 +326,6 @@ def test_long_messages_arrive_whole_and_intact(proxy: RetimerProxy) -> None:
     (record,) = proxy.records(before + 1)[before:]  # one turn, its two deltas' tokens
     assert record["outcome"] == "complete"
     assert record["upstream"]["tokens"] == count_tokens("Bonjour") + count_tokens(" à tous")
-
-
-def responses_turn(text: str) -> WSReply:
-    """A Responses-over-WebSocket answer as Codex gets it: deltas, then the events that repeat
-    the whole text (`*.done`, `response.completed`)."""
-    words = text.split(" ")
-    seq = iter(range(1000))
-    def ev(kind: str, **f: object) -> tuple[str, bool]:
-        return json.dumps({"type": kind, "sequence_number": next(seq), **f}), True
-    item = {"id": "msg_1", "type": "message", "role": "assistant",
-            "content": [{"type": "output_text", "text": text}]}
-    return WSReply([
-        ev("response.created", response={"id": "resp_1", "output": []}),
-        ev("response.output_item.added", item={**item, "content": []}),
-        *[ev("response.output_text.delta", item_id="msg_1", delta=(" " if i else "") + w)
-          for i, w in enumerate(words)],
-        ev("response.output_text.done", item_id="msg_1", text=text),
-        ev("response.content_part.done", part={"type": "output_text", "text": text}),
-        ev("response.output_item.done", item=item),
-        ev("response.completed", response={"id": "resp_1", "output": [item]}),
-    ])
-
-
-PREWARM = WSReply([(json.dumps({"type": "response.created", "response": {"id": "resp_0"}}), True),
-                   (json.dumps({"type": "response.completed",
-                                "response": {"id": "resp_0", "output": []}}), True)])
 
 
 def test_responses_websocket_turns_count_only_deltas_and_prewarm_is_recorded(

@@ -10,10 +10,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
 from retimer.cassette.store import INDEX, read_cassette
+from tests.support.fixture_streams import load
 from tests.support.inproc_proxy import InProcessProxy
 from tests.support.proxy import run_cli
 from tests.support.stream_bodies import make_openai_stream
@@ -118,7 +120,7 @@ def test_a_damaged_cassette_is_refused_at_start_in_one_line(tmp_path: Path) -> N
     (tmp_path / "c" / INDEX).write_text(json.dumps({"format": 99, "calls": []}))
     result = run_cli("--replay", str(tmp_path / "c"), "--listen-port", "0", timeout=30)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "format 99; this retimer reads format 1" in result.stderr, result.stderr
+    assert "format 99; this retimer reads format 2" in result.stderr, result.stderr
 
 
 NOTICE = "streams so far were upstream-bound: the upstream is slower than the profile"
@@ -145,3 +147,34 @@ def test_a_run_whose_streams_are_upstream_bound_is_told_once_how_to_feel_that_sp
         assert "--record DIR" in said[0] and "--replay DIR" in said[0]
     else:
         assert bound == 0 and said == []
+
+
+def test_a_whole_answer_is_recorded_decoded_and_replayed_held_by_the_profile(tmp_path: Path) -> None:
+    """A non-streaming call (Gemini CLI's router, a title call), gzip-encoded by its upstream:
+    the cassette keeps the decoded body, the replay sends it whole, byte for byte, held until
+    the replay's profile would have finished it."""
+    fixture = "nonstream/openai-chat-completion.json"
+    cassette = tmp_path / "cassette"
+
+    def call(proxy: InProcessProxy, url: str) -> httpx.Response:
+        with httpx.Client(proxy=proxy.url, timeout=30) as client:
+            return client.post(url + "/v1/chat/completions", headers={"x-fake-fixture": fixture},
+                               json={"model": "gpt-test", "messages": [
+                                   {"role": "user", "content": "Route this, 2026-12-05T10:00:00Z"}]})
+
+    with FakeLLM(gzip=True) as fake:
+        with InProcessProxy(tmp_path / "rec", *FAST, "--record", str(cassette)) as proxy:
+            first = call(proxy, fake.url)
+            proxy.records(1)
+        url = fake.url
+    _, calls = read_cassette(cassette)
+    assert [(c.entry.protocol, c.entry.body) for c in calls] == [("non-streaming", load(fixture))]
+    with InProcessProxy(tmp_path / "play", "--profile", "human-reading", "--ttft", "300ms",
+                        "--tps", "15000", "--jitter", "0", "--replay", str(cassette)) as proxy:
+        again = call(proxy, url)
+        [record] = proxy.records(1)
+    assert first.status_code == again.status_code == 200
+    assert again.content == first.content == load(fixture)
+    assert record["protocol"] == "non-streaming" and record["cassette"]["match"] == "replayed"
+    assert record["emitted"]["tokens"] == calls[0].upstream.tokens > 30
+    assert record["emitted"]["ttft_ms"] >= 299  # held for the replay's TTFT at least

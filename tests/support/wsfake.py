@@ -7,6 +7,7 @@ at once, so any spreading in time is the proxy's doing), then optionally closes.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -114,6 +115,32 @@ class FakeWSLLM:
             pass
         finally:
             writer.close()
+
+
+def responses_turn(text: str) -> WSReply:
+    """A Responses-over-WebSocket answer as Codex gets it: deltas, then the events that repeat
+    the whole text (`*.done`, `response.completed`)."""
+    words = text.split(" ")
+    seq = iter(range(1000))
+    def ev(kind: str, **f: object) -> tuple[str, bool]:
+        return json.dumps({"type": kind, "sequence_number": next(seq), **f}), True
+    item = {"id": "msg_1", "type": "message", "role": "assistant",
+            "content": [{"type": "output_text", "text": text}]}
+    return WSReply([
+        ev("response.created", response={"id": "resp_1", "output": []}),
+        ev("response.output_item.added", item={**item, "content": []}),
+        *[ev("response.output_text.delta", item_id="msg_1", delta=(" " if i else "") + w)
+          for i, w in enumerate(words)],
+        ev("response.output_text.done", item_id="msg_1", text=text),
+        ev("response.content_part.done", part={"type": "output_text", "text": text}),
+        ev("response.output_item.done", item=item),
+        ev("response.completed", response={"id": "resp_1", "output": [item]}),
+    ])
+
+
+PREWARM = WSReply([(json.dumps({"type": "response.created", "response": {"id": "resp_0"}}), True),
+                   (json.dumps({"type": "response.completed",
+                                "response": {"id": "resp_0", "output": []}}), True)])
 
 
 @dataclass

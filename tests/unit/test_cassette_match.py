@@ -27,6 +27,8 @@ from retimer.cassette.shape import CallShape, call_shape, normalize
     ("wrote /tmp/pytest-of-me/pytest-12/test_x0/out.txt", "wrote <tmp>"),
     ("tool call_aB3dE5fG7hJ9 and toolu_01XyZabc123", "tool <id> and <id>"),
     ("session 9f8e7d6c5b4a39281706", "session <id>"),
+    ("x-anthropic-billing-header: cc_version=2.1.332.abe; cch=c03ec;\nYou are Claude Code",
+     "<client stamp>\nYou are Claude Code"),
 ])
 def test_what_varies_between_runs_is_replaced(volatile: str, stable: str) -> None:
     assert normalize(volatile) == stable
@@ -75,6 +77,19 @@ def test_a_second_run_with_other_ids_and_timings_is_replayed_call_for_call() -> 
     verdicts = [matcher.match(s) for s in live]
     assert [(v.match, v.index) for v in verdicts] == [(Match.REPLAYED, 0), (Match.REPLAYED, 1)]
     assert matcher.unused == []
+
+
+def test_a_timestamp_as_a_json_number_varies_but_other_numbers_count() -> None:
+    """Codex stamps each input item with `create_time` (seconds, a float); other numbers
+    (a count in a tool's arguments, a year) are the conversation's."""
+    def item(when: float, count: int = 3) -> bytes:
+        return json.dumps({"model": "gpt-5.5", "input": [{"role": "user", "content": "Run it",
+                           "meta": {"create_time": when, "ms": int(when * 1000), "n": count}}]}).encode()
+
+    first, again = (call_shape("POST", "/v1/responses", item(t)) for t in (1796488314.47, 1796488323.33))
+    assert first == again
+    assert call_shape("POST", "/v1/responses", item(1796488314.47, count=4)) != first
+    assert call_shape("POST", "/v1/responses", item(2026.0)) != call_shape("POST", "/v1/responses", item(2027.0))
 
 
 def test_a_tool_output_that_differs_matches_loosely_and_other_content_diverges() -> None:

@@ -184,19 +184,8 @@ class Proxies:
     def get(self, mode: str, profile: tuple[str, ...]) -> RetimerProxy:
         if (mode, profile) not in self.running:
             name = f"{mode}-{'paced' if profile == PACED else 'passthrough'}"
-            args = ["--quiet", *profile]
-            if mode == "forward":
-                args += ["--set", f"scripts={UPSTREAM_MAP}"]
-            else:
-                args += ["--upstream", self.fake.url]
-            proxy = RetimerProxy(self.tmp / name, *args, upstream_ca=self.fake.ca_path)
-            proxy.confdir = self.confdir  # one CA for all: `retimer run` checks it to reuse a proxy
-            proxy.args = [f"confdir={self.confdir}" if a.startswith("confdir=") else a
-                          for a in proxy.args]
-            with pytest.MonkeyPatch.context() as mp:  # read by upstream_map.py in the proxy
-                mp.setenv("FAKEAPI_PORT", str(self.fake.port))
-                mp.setenv("FAKEAPI_HTTP_PORT", str(self.fake.http_port))
-                self.running[mode, profile] = proxy.start()
+            self.running[mode, profile] = start_proxy(self.tmp / name, self.fake, self.confdir,
+                                                      mode, profile)
         return self.running[mode, profile]
 
     def stop(self) -> None:
@@ -208,6 +197,27 @@ class Proxies:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_proxy(tmp: Path, fake: FakeAPI, confdir: Path, mode: str, args: tuple[str, ...],
+                fake_port: int | None = None) -> RetimerProxy:
+    """A started retimer in `mode` over the fake API (forward: upstream_map.py points the real
+    hosts at `fake_port`, the fake's by default; reverse: `--upstream` it), with `confdir`'s CA
+    (`retimer run` checks it to reuse a proxy)."""
+    port = fake.port if fake_port is None else fake_port
+    argv = ["--quiet", *args]
+    if mode == "forward":
+        argv += ["--set", f"scripts={UPSTREAM_MAP}"]
+
+    else:
+        argv += ["--upstream", f"https://127.0.0.1:{port}"]
+    proxy = RetimerProxy(tmp, *argv, upstream_ca=fake.ca_path)
+    proxy.confdir = confdir
+    proxy.args = [f"confdir={confdir}" if a.startswith("confdir=") else a for a in proxy.args]
+    with pytest.MonkeyPatch.context() as mp:  # read by upstream_map.py in the proxy
+        mp.setenv("FAKEAPI_PORT", str(port))
+        mp.setenv("FAKEAPI_HTTP_PORT", str(fake.http_port))
+        return proxy.start()
 
 
 @dataclass
@@ -283,11 +293,12 @@ def execute(argv: list[str], env: dict[str, str], cwd: Path, done: str,
 
 
 def run_agent(agent: Agent, mode: str, paced: bool, fake: FakeAPI, script: TaskScript,
-         proxies: Proxies, tmp: Path) -> Run:
+              proxies: Proxies, tmp: Path, proxy: RetimerProxy | None = None) -> Run:
+    """One run of `agent` through the shared proxy of (mode, profile), or through `proxy`."""
     assert agent.binary.exists(), (
         f"{agent.name}: {agent.binary} is not installed: run scripts/install-clients")
-    profile = PACED if paced else PASSTHROUGH
-    proxy = proxies.get(mode, profile)
+    if proxy is None:
+        proxy = proxies.get(mode, PACED if paced else PASSTHROUGH)
     work, home = tmp / "work", tmp / "home"
     work.mkdir(parents=True)
     home.mkdir(parents=True)
