@@ -16,6 +16,12 @@ answer on stdout; SDKs: the client's own time around its calls); "predicted" is 
 the paced run's calls of TTFT + (tokens - 1) / rate (less the passthrough run's own time in the
 same calls). A case is within the goal when grew is within 15 % of predicted, and Codex's two
 transports within 10 % of each other.
+
+`--suite cassettes` runs the record-and-replay cases (tests/support/clients/cassette_run.py):
+each agent's task recorded once, then replayed from the cassette with nothing upstream at
+15,000 tok/s (50 ms TTFT) and at o3 (no jitter). A replay is within the goal when its session
+time (first call's start to last call's end) is within 20 % (15,000 tok/s) or 10 % (o3) of
+what `retimer whatif` predicted for that profile from the recording.
 """
 
 from __future__ import annotations
@@ -32,13 +38,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SUITES = {"agents": "tests/e2e/test_clients_agents.py", "ide": "tests/e2e/test_clients_ide.py",
           "sdk": "tests/e2e/test_clients_sdk.py"}
+CASSETTES = "cassettes"  # the record-and-replay cases of the agents' and IDE agents' files
 GOAL, SAME_TIME = 0.15, 0.10
+CASSETTE_GOAL = {"taalas": 0.20, "o3": 0.10}  # the replay's time against whatif's, by profile
 
 
 def run_cases(suites: list[str], select: str | None, out: Path) -> int:
     """The client tests in benchmark mode, one at a time; returns pytest's exit status."""
+    files = {SUITES[s] for s in suites if s in SUITES}
+    if CASSETTES in suites:
+        files |= {SUITES["agents"], SUITES["ide"]}
+        if not set(suites) & {"agents", "ide"}:  # the cassette cases alone
+            select = f"({select}) and cassette" if select else "cassette"
+    elif not select:
+        select = "not cassette"
     argv = [sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "-q",
-            "-m", "e2e", *(SUITES[s] for s in suites)]
+            "-m", "e2e", *sorted(files)]
     if select:
         argv += ["-k", select]
     env = {**os.environ, "RETIMER_CLIENT_BENCH": str(out)}
@@ -46,7 +61,29 @@ def run_cases(suites: list[str], select: str | None, out: Path) -> int:
 
 
 def within(row: dict[str, Any]) -> bool:
+    if row["suite"] == CASSETTES:
+        return abs(row["replay_s"] - row["predicted_s"]) <= cassette_goal(row) * row["predicted_s"]
     return abs(row["grew_s"] - row["predicted_s"]) <= GOAL * row["predicted_s"]
+
+
+def cassette_goal(row: dict[str, Any]) -> float:
+    return next(g for name, g in CASSETTE_GOAL.items() if row["profile"].startswith(name))
+
+
+def cassette_table(rows: list[dict[str, Any]]) -> str:
+    """The record-and-replay figures: each replay's session time (first call's start to last
+    call's end) against `retimer whatif`'s prediction from the recording, and the agent
+    process's wall time against the recording's wall time less its model time plus the
+    profile's."""
+    lines = ["| client | mode | replayed at | calls | recorded s | between calls s | whatif s | "
+             "replay s | replay / whatif | process wall s | predicted wall s |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['client']} | {r['mode']} | {r['profile'].split(':')[0]} | {r['calls']} | "
+                     f"{r['recorded_s']:.3f} | {r['between_s']:.3f} | {r['predicted_s']:.3f} | "
+                     f"{r['replay_s']:.3f} | {r['replay_s'] / r['predicted_s']:.3f} | "
+                     f"{r['wall_s']:.2f} | {r['predicted_wall_s']:.2f} |")
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -54,7 +91,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| suite | client | mode | passthrough s | paced s | grew s | predicted s | grew / predicted |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        if r["suite"] == "codex-transports":
+        if r["suite"] in ("codex-transports", CASSETTES):
             continue
         ratio = r["grew_s"] / r["predicted_s"] if r["predicted_s"] else float("nan")
         lines.append(f"| {r['suite']} | {r['client']} | {r['mode']} | {r['base_s']:.2f} | "
@@ -65,7 +102,11 @@ def table(rows: list[dict[str, Any]]) -> str:
 def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     """What misses the goal, one line each (empty: every case met it)."""
     misses = [f"{r['suite']} {r['client']} ({r['mode']}): grew {r['grew_s']:.3f}s, predicted "
-              f"{r['predicted_s']:.3f}s" for r in rows if r["suite"] != "codex-transports" and not within(r)]
+              f"{r['predicted_s']:.3f}s" for r in rows
+              if r["suite"] not in ("codex-transports", CASSETTES) and not within(r)]
+    misses += [f"cassette {r['client']} ({r['mode']}) at {r['profile']}: {r['replay_s']:.3f}s, "
+               f"whatif predicted {r['predicted_s']:.3f}s" for r in rows
+               if r["suite"] == CASSETTES and not within(r)]
     codex = {r["client"]: r["grew_s"] for r in rows if r["suite"] == "codex-transports"}
     if len(codex) == 2 and abs(codex["codex-ws"] - codex["codex-sse"]) > SAME_TIME * codex["codex-sse"]:
         misses.append(f"Codex grew {codex['codex-ws']:.3f}s over WebSocket, {codex['codex-sse']:.3f}s "
@@ -75,19 +116,23 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--suite", choices=sorted(SUITES), action="append",
-                    help="a client file to run (repeatable; default: all three)")
+    ap.add_argument("--suite", choices=sorted([*SUITES, CASSETTES]), action="append",
+                    help="a client file to run, or the record-and-replay cases (repeatable; "
+                         "default: all)")
     ap.add_argument("-k", dest="select", help="pytest's -k expression, to run some cases")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rows.jsonl"
         out.touch()
-        status = run_cases(args.suite or list(SUITES), args.select, out)
+        status = run_cases(args.suite or [*SUITES, CASSETTES], args.select, out)
         rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
     print(table(rows))
+    if replays := [r for r in rows if r["suite"] == CASSETTES]:
+        print("\nSession cassettes, recorded then replayed with nothing upstream:\n")
+        print(cassette_table(replays))
     misses = verdicts(rows)
     codex = {r["client"]: r for r in rows if r["suite"] == "codex-transports"}
     if codex:

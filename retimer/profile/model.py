@@ -296,7 +296,11 @@ class Profile:
         ttft = sample_ttft(self.ttft, r_ttft, self.jitter)
         prompt_tokens = prompt.tokens if prompt is not None else None
         cached = 0
-        if cache is not None and prompt is not None and (pc := self.prompt_cache) is not None:
+        if cache is not None and prompt is not None:
+            # a profile without a prompt cache (an exact --ttft) is not sped up by one, but its
+            # record still says what a usual provider's would hold: `retimer whatif` times
+            # the session under profiles that have one from it
+            pc = self.prompt_cache or PromptCacheSpec(discount=0.0)
             cached = cache.lookup(prompt, now, pc.min_tokens, pc.ttl)
         hidden = 0
         if self.reasoning is not None:

@@ -398,6 +398,11 @@ def check_run(run: Run, agent: Agent) -> list[str]:
 def whatif_waits(records: list[dict[str, Any]], tmp: Path, profiles: str = "cerebras,gpt-5,o3"
                  ) -> dict[str, float]:
     """`retimer whatif --json` on the records as one session: each profile's waiting time (s)."""
+    return {p["profile"]: p["waiting_s"] for p in whatif_session(records, tmp, profiles)["profiles"]}
+
+
+def whatif_session(records: list[dict[str, Any]], tmp: Path, profiles: str) -> dict[str, Any]:
+    """`retimer whatif --json` on the records as one session: its JSON object (docs/whatif.md)."""
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "whatif.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -406,7 +411,7 @@ def whatif_waits(records: list[dict[str, Any]], tmp: Path, profiles: str = "cere
                           cwd=ROOT)
     assert done.returncode == 0, done.stderr
     (session,) = json.loads(done.stdout)["sessions"]
-    return {p["profile"]: p["waiting_s"] for p in session["profiles"]}
+    return session
 
 
 def predicted_llm_time(run: Run) -> float:
