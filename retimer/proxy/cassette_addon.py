@@ -51,6 +51,7 @@ logger = logging.getLogger("retimer")
 
 DIVERGED = ("error", "upstream")
 SOCKET = "WEBSOCKET"  # the method of a WebSocket turn's shape
+DIVERGED_AT_ONCE = 3  # calls that diverged, none replayed, before the replay says it is lost
 NOTICE_AFTER = 5  # streams seen before a run is called mostly upstream-bound
 
 
@@ -135,7 +136,7 @@ class Cassettes:
         if not is_llm_call(shape, headers.get("content-type", ""), is_llm_host(host)):
             return
         verdict = matcher.match(call_shape(request.method, request.path, body))
-        self.counts[verdict.match] += 1
+        self._count(verdict)
         flow.metadata[CASSETTE_KEY] = _described(verdict)
         if verdict.index is not None:
             self.replay.serve(flow, self.calls[verdict.index].entry)
@@ -215,6 +216,17 @@ class Cassettes:
                 record.upstream.tokens if record.upstream else None)
 
     # -- internals -------------------------------------------------------------------------
+    def _count(self, verdict: Verdict) -> None:
+        """Count a match; say once when a replay diverges from its start: the session is not
+        the one recorded, and every call would fail the same way."""
+        self.counts[verdict.match] += 1
+        diverged = self.counts[Match.DIVERGED]
+        if diverged == DIVERGED_AT_ONCE and diverged == sum(self.counts.values()):
+            logger.warning(
+                f"retimer: cassette: the session's first {diverged} calls all diverged from "
+                f"{ctx.options.retimer_replay}: it does not follow the recording (another task, "
+                "working directory, model or client version?); record it again")
+
     def _add(self, call: CassetteCall) -> None:
         assert self.writer is not None
         try:
@@ -247,7 +259,7 @@ class Cassettes:
         recorded = [c for c in self.calls if c.socket is not None and c.shape.path == path]
         if not recorded:
             verdict = Verdict(Match.DIVERGED, None, "the cassette holds no WebSocket on this path")
-            self.counts[verdict.match] += 1
+            self._count(verdict)
             flow.metadata[CASSETTE_KEY] = _described(verdict)
             logger.warning(f"retimer: cassette: a WebSocket to {path} diverged: {verdict.reason}")
             if ctx.options.retimer_replay_diverged != "upstream":
@@ -258,7 +270,7 @@ class Cassettes:
         turns: dict[int, dict[str, Any]] = {}
         if any(c.turn == 0 for c in recorded):
             verdict = matcher.match(call_shape(SOCKET, path, b""))
-            self.counts[verdict.match] += 1
+            self._count(verdict)
             turns[0] = _described(verdict)
             if verdict.index is not None:
                 first = decode_messages(self.calls[verdict.index].entry.body)
@@ -270,7 +282,7 @@ class Cassettes:
         messages, or an `error` event when it matches none."""
         assert self.matcher is not None
         verdict = self.matcher.match(call_shape(SOCKET, flow.request.path, asked))
-        self.counts[verdict.match] += 1
+        self._count(verdict)
         flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = _described(verdict)
         if verdict.index is not None:
             return decode_messages(self.calls[verdict.index].entry.body)

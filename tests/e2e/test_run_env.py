@@ -521,3 +521,30 @@ def test_launch_env_units() -> None:
     assert env["NO_PROXY"] == "127.0.0.1:1,localhost:1"
     assert launch_env("http://[::1]:7", "/b", "/c")["no_proxy"] == "[::1]:7"
     assert launch_env("http://127.0.0.1:1", "/b", "/c", local=False)["NO_PROXY"] == LOOPBACK
+
+
+def test_run_records_a_session_and_replays_it_with_no_upstream_call(
+    tmp_path: Path, fake: FakeLLM, other: FakeLLM
+) -> None:
+    """`retimer run --record DIR -- COMMAND`, then `retimer run --replay DIR -- COMMAND`: the
+    second run's call is answered from the cassette, the same text, at the replay's profile."""
+    cassette = tmp_path / "cassette"
+    llm, other_url = fake.url_for("llm.test"), other.url_for("other.test")
+    command = (sys.executable, str(CLIENTS / "openai_client.py"), llm, other_url, "0")
+    (tmp_path / "rec").mkdir()
+    (tmp_path / "play").mkdir()
+    record = Run(tmp_path / "rec", fake)
+    record.options += ["--record", str(cassette)]
+    first = record(*command)
+    assert first.returncode == 0, first.stderr
+    fake.wait_done(1)
+    asked = len(fake.requests)
+    replay = Run(tmp_path / "play", fake)
+    replay.options += ["--replay", str(cassette), "--tps", "15000", "--ttft", "50ms"]
+    again = replay(*command)
+    assert again.returncode == 0, again.stderr
+    assert "".join(json.loads(again.stdout)["pieces"]) == "".join(json.loads(first.stdout)["pieces"]) == TEXT
+    assert len(fake.requests) == asked  # the upstream was asked nothing
+    (played,) = replay.records()
+    assert played["cassette"]["match"] == "replayed" and played["target"]["tps"] == 15000.0
+    assert played["emitted"]["tokens"] == record.records()[0]["emitted"]["tokens"]

@@ -178,3 +178,25 @@ def test_a_whole_answer_is_recorded_decoded_and_replayed_held_by_the_profile(tmp
     assert record["protocol"] == "non-streaming" and record["cassette"]["match"] == "replayed"
     assert record["emitted"]["tokens"] == calls[0].upstream.tokens > 30
     assert record["emitted"]["ttft_ms"] >= 299  # held for the replay's TTFT at least
+
+
+def test_a_replay_that_diverges_from_its_start_is_told_once_that_it_is_another_session(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cassette = tmp_path / "cassette"
+    with FakeLLM(make_openai_stream("done")) as fake:
+        with InProcessProxy(tmp_path / "rec", *FAST, "--record", str(cassette)) as proxy:
+            session(fake.url, proxy.url, "call_Ab12Cd34Ef56", "a.txt")
+            proxy.records(2)
+        url = fake.url
+    with InProcessProxy(tmp_path / "play", *FAST, "--replay", str(cassette)) as proxy:
+        with openai.DefaultHttpxClient(proxy=proxy.url) as http:
+            client = openai.OpenAI(base_url=url + "/v1", api_key="sk-test", http_client=http,
+                                   max_retries=0)
+            for task in ("Write a poem", "Write another", "And a third", "And a fourth"):
+                with pytest.raises(openai.BadRequestError):
+                    client.chat.completions.create(model="gpt-test", stream=True, messages=[
+                        {"role": "user", "content": task}])
+    said = [r.getMessage() for r in caplog.records if "all diverged" in r.getMessage()]
+    assert said == [f"retimer: cassette: the session's first 3 calls all diverged from {cassette}: "
+                    "it does not follow the recording (another task, working directory, model or "
+                    "client version?); record it again"]
