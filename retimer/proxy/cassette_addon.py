@@ -40,7 +40,13 @@ from retimer.proxy.cassette_sockets import (
     SocketReplayServer,
 )
 from retimer.proxy.flows import destination_host, destination_url, is_llm_websocket, request_body
-from retimer.proxy.hooks import CASSETTE_KEY, CASSETTE_TURNS_KEY, STREAM_KEY, StreamHandle
+from retimer.proxy.hooks import (
+    CASSETTE_KEY,
+    CASSETTE_TURNS_KEY,
+    RECORD_KEY,
+    STREAM_KEY,
+    StreamHandle,
+)
 from retimer.records.schema import StreamRecord
 from retimer.wire.classify import is_llm_call
 from retimer.wire.hosts import is_llm_host
@@ -61,7 +67,8 @@ class Cassettes:
     def __init__(self) -> None:
         self.writer: CassetteWriter | None = None
         self.calls: list[CassetteCall] = []
-        self.matcher: CassetteMatcher | None = None
+        self.matcher: CassetteMatcher | None = None  # the session's (no study participant)
+        self.participants: dict[str, CassetteMatcher] = {}  # a study's: each replays it all
         self.replay = ReplayServer()
         self.socket_replay = SocketReplayServer()
         self.counts: Counter[Match] = Counter()
@@ -90,6 +97,7 @@ class Cassettes:
             if opts.retimer_record and opts.retimer_replay:
                 raise exceptions.OptionsError("--record and --replay: one at a time")
             self.writer, self.matcher, self.calls, self.sockets = None, None, [], 0
+            self.participants = {}
             try:
                 if opts.retimer_record:
                     self.writer = CassetteWriter(opts.retimer_record)
@@ -115,12 +123,29 @@ class Cassettes:
                            "calls recorded")
         if self.matcher is not None:
             said = ", ".join(f"{self.counts[m]} {m.value}" for m in Match)
-            unused = len(self.matcher.unused)
-            logger.warning(f"retimer: cassette: {said}; {unused} recorded calls not used")
+            if self.participants:
+                logger.warning(f"retimer: cassette: {said}, for {len(self.participants)} study "
+                               "participants")
+            else:
+                unused = len(self.matcher.unused)
+                logger.warning(f"retimer: cassette: {said}; {unused} recorded calls not used")
+
+    def matcher_for(self, flow: http.HTTPFlow) -> CassetteMatcher | None:
+        """The matcher a flow's calls are matched by: a study participant's own (the Study
+        addon names them in the flow's record fields before this addon's `request`), so each
+        participant's session replays the whole cassette; otherwise the session's."""
+        if self.matcher is None:
+            return None
+        participant = flow.metadata.get(RECORD_KEY, {}).get("participant")
+        if not isinstance(participant, str):
+            return self.matcher
+        if participant not in self.participants:
+            self.participants[participant] = CassetteMatcher(self.matcher.recorded)
+        return self.participants[participant]
 
     # -- mitmproxy's hooks -----------------------------------------------------------------
     def request(self, flow: http.HTTPFlow) -> None:
-        matcher = self.matcher
+        matcher = self.matcher_for(flow)
         if matcher is None or flow.response is not None:
             return
         request = flow.request
@@ -280,8 +305,9 @@ class Cassettes:
     def _replay_turn(self, flow: http.HTTPFlow, turn: int, asked: bytes) -> list[tuple[bytes, bool]]:
         """What the replay server answers a client message with: its recorded turn's
         messages, or an `error` event when it matches none."""
-        assert self.matcher is not None
-        verdict = self.matcher.match(call_shape(SOCKET, flow.request.path, asked))
+        matcher = self.matcher_for(flow)
+        assert matcher is not None
+        verdict = matcher.match(call_shape(SOCKET, flow.request.path, asked))
         self._count(verdict)
         flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = _described(verdict)
         if verdict.index is not None:

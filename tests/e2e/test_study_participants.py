@@ -28,7 +28,7 @@ from retimer.study.participants import (
     parse_participants,
     parse_roster,
 )
-from tests.support.proxy import run_cli
+from tests.support.proxy import RetimerProxy, free_port, run_cli
 from tests.support.study import CONDITIONS, TEXT, ManyProxy
 from tests.support.upstream import FakeLLM
 
@@ -357,3 +357,35 @@ def test_rating_page_per_participant(tmp_path: Path, fake: FakeLLM) -> None:
     assert theirs.status_code == 409 and mine.status_code == 200
     assert [(r["participant"], r["stream"], r["speed"]) for r in ratings] == [
         ("P2", records[1]["id"], 6)]
+
+
+def test_a_study_replays_a_cassette_to_every_participant_at_their_condition(
+        tmp_path: Path, fake: FakeLLM) -> None:
+    """Content-controlled tasks: a task's conversation recorded once, then a study with
+    `--replay` and nothing upstream: every participant's call is answered with the recorded
+    reply (each participant replays the whole cassette), each at its own condition's pace,
+    including a condition faster than any live upstream."""
+    cassette = tmp_path / "cassette"
+    tasks = ["Summarise the release notes", "Now list the three biggest changes"]
+    with RetimerProxy(tmp_path / "rec", "--quiet", "--upstream", fake.url,
+                      "--record", str(cassette)) as proxy, \
+            httpx.Client(timeout=30, verify=False) as client:
+        recorded = [content(post(client, proxy.url, {}, t)) for t in tasks]
+        proxy.records(2)
+    asked = len(fake.requests)
+    conditions = [*CONDITIONS[:2], {"name": "taalas", "profile": "fastest", "jitter": 0}]
+    study = write_study(tmp_path, conditions=conditions)
+    expected = plan(study, len(tasks))
+    gone = f"https://127.0.0.1:{free_port()}"
+    with ManyProxy(tmp_path / "p", study, "--upstream", gone, "--replay", str(cassette)) as proxy, \
+            httpx.Client(timeout=30, verify=False) as client:
+        replies = {p: [content(post(client, proxy.url, {"X-Retimer-Participant": p}, t))
+                       for t in tasks] for p in expected}
+        records = proxy.records(len(tasks) * len(expected))
+    assert len(fake.requests) == asked  # nothing went upstream
+    assert all(got == recorded for got in replies.values()), replies
+    assert all(r["cassette"]["match"] == "replayed" for r in records)
+    assert [[r["condition"] for r in records if r["participant"] == p] for p in expected] == list(
+        expected.values())
+    fastest = [r for r in records if r["condition"] == "taalas"]
+    assert fastest and all(r["target"]["tps"] == 17000.0 and not r["upstream_bound"] for r in fastest)
