@@ -28,10 +28,13 @@ from typing import Any
 
 from retimer.cache.entry import CacheEntry, stored_headers
 from retimer.cassette.shape import CallShape
+from retimer.wire.protocols import ADAPTERS
 
 __all__ = ["FORMAT", "CassetteCall", "CorruptCassette", "IndexedCall", "UpstreamTiming",
            "body_name", "check_body", "decode_index", "encode_index"]
 
+# what a call's `protocol` may name: a stream's adapter, a whole answer, a WebSocket turn
+KNOWN_PROTOCOLS = frozenset({a.name for a in ADAPTERS} | {"non-streaming", "websocket"})
 FORMAT = 2  # bump when the index's layout or the shape's digests change (2: WebSocket turns,
 # timestamps as JSON numbers normalised)
 _BODY = re.compile(r"calls/\d{4,}\.body\Z")
@@ -128,6 +131,9 @@ def _call(obj: Any, n: int) -> IndexedCall:
     if not _count(size) or size is None:
         raise CorruptCassette(f"call {n} has a bad body size")
     protocol = obj.get("protocol")
+    if protocol is not None and protocol not in KNOWN_PROTOCOLS:
+        raise CorruptCassette(f"call {n} is in a format this retimer does not know "
+                              f"({protocol!r}): record it with this retimer")
     up = obj.get("upstream") or {}
     if not isinstance(up, dict):
         raise CorruptCassette(f"call {n} has a bad upstream timing")

@@ -91,6 +91,9 @@ def test_a_recording_the_disk_refuses_keeps_the_calls_so_far(tmp_path: Path,
     (lambda d: (d / INDEX).write_text((d / INDEX).read_text().replace('"status": 200', '"status": 9', 1)),
      r"call 1 has a bad status 9"),
     (lambda d: (d / INDEX).unlink(), r"cassette.json: no cassette here"),
+    (lambda d: (d / INDEX).write_text((d / INDEX).read_text().replace('"openai-chat"', '"carrier-pigeon"', 1)),
+     r"cassette.json: not a cassette this retimer can replay: call 1 is in a format this retimer "
+     r"does not know \('carrier-pigeon'\)"),
 ])
 def test_a_damaged_cassette_is_one_line_naming_its_file(tmp_path: Path, damage, message: str) -> None:  # type: ignore[no-untyped-def]
     writer = CassetteWriter(tmp_path / "c")
