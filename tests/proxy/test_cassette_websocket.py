@@ -17,7 +17,7 @@ from wsproto.events import Request
 
 from retimer.cassette.store import INDEX, read_cassette
 from tests.support.inproc_proxy import InProcessProxy
-from tests.support.proxy import free_port
+from tests.support.proxy import free_port, run_cli
 from tests.support.wsfake import PREWARM, FakeWSLLM, ProxiedWSClient, responses_turn
 
 FIRST = "I will read the parser before I change anything in it."
@@ -59,6 +59,9 @@ def test_a_websocket_session_is_recorded_turn_by_turn_and_replayed_without_its_u
     assert all(c.upstream.ttft_ms is not None for c in calls)
     assert "Fix the parser" not in (cassette / INDEX).read_text()
     assert (cassette / INDEX).stat().st_mode & 0o077 == 0
+    shown = run_cli("cassette", "show", str(cassette)).stdout.splitlines()
+    assert [line.split()[1:3] for line in shown[2:]] == [["websocket", f"1.{t}"] for t in (1, 2, 3)]
+    assert all(len(line) <= 80 for line in shown[1:])
 
     # the upstream is gone; the second run's ids and tool output's timing differ
     with InProcessProxy(tmp_path / "play", *REPLAY, "--replay", str(cassette)) as proxy:

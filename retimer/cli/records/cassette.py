@@ -1,6 +1,6 @@
-"""`retimer cassette show DIR [--json]`: a cassette's calls, one line each (protocol, model,
-messages, status, tokens, the upstream's TTFT and duration, body size), in 80 columns; or the
-same as JSON. A damaged cassette is one line naming its file (exit 2)."""
+"""`retimer cassette show DIR [--json]`: a cassette's calls, one line each (protocol, with a
+WebSocket turn's socket and turn, model, messages, status, tokens, the upstream's TTFT and
+duration, body size), in 80 columns; or the same as JSON. A damaged cassette is one line naming its file (exit 2)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,10 @@ def show_lines(directory: str, about: dict[str, str], calls: list[CassetteCall])
             f"by retimer {about.get('retimer') or '?'}")
     rows = [("#", "protocol", "model", "msgs", "status", "tokens", "TTFT", "duration", "body")]
     for i, c in enumerate(calls, start=1):
-        rows.append((str(i), (c.entry.protocol or "-")[:16], (c.shape.model or "-")[:16],
+        protocol = c.entry.protocol or "-"
+        if c.socket is not None:  # a WebSocket turn: its socket and turn
+            protocol = f"{protocol} {c.socket}.{c.turn}"
+        rows.append((str(i), protocol[:16], (c.shape.model or "-")[:16],
                      str(len(c.shape.messages)), str(c.entry.status),
                      "-" if c.upstream.tokens is None else str(c.upstream.tokens),
                      _ms(c.upstream.ttft_ms), _ms(c.upstream.duration_ms), _size(len(c.entry.body))))
@@ -58,7 +61,8 @@ def _json(calls: list[CassetteCall]) -> list[dict[str, object]]:
     return [{"call": i, "protocol": c.entry.protocol, "model": c.shape.model, "path": c.shape.path,
              "messages": len(c.shape.messages), "status": c.entry.status,
              "tokens": c.upstream.tokens, "ttft_ms": c.upstream.ttft_ms,
-             "duration_ms": c.upstream.duration_ms, "body_bytes": len(c.entry.body)}
+             "duration_ms": c.upstream.duration_ms, "body_bytes": len(c.entry.body),
+             "socket": c.socket, "turn": c.turn}
             for i, c in enumerate(calls, start=1)]
 
 
