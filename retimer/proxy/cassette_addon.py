@@ -128,7 +128,8 @@ class Cassettes:
                                "participants")
             else:
                 unused = len(self.matcher.unused)
-                logger.warning(f"retimer: cassette: {said}; {unused} recorded calls not used")
+                logger.warning(f"retimer: cassette: {said}; {unused} recorded calls not used "
+                               "by this process")
 
     def matcher_for(self, flow: http.HTTPFlow) -> CassetteMatcher | None:
         """The matcher a flow's calls are matched by: a study participant's own (the Study

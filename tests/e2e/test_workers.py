@@ -373,3 +373,38 @@ def test_a_second_ctrl_c_stops_every_worker_at_once(tmp_path: Path) -> None:
     assert len(lines) == 4 and len({r["id"] for r in lines}) == 4  # one whole line per stream
     assert {r["outcome"] for r in lines} == {"shutdown"}
     assert "Traceback" not in proxy.stderr()
+
+
+def test_workers_replay_a_cassette_each_call_matched_by_its_conversation(
+    tmp_path: Path, fake: FakeLLM
+) -> None:
+    """`--replay DIR --workers 2`: each worker reads the cassette and matches the calls the
+    kernel hands it by their conversation, so calls spread over both are each answered with
+    their own recorded reply and nothing goes upstream. (`--record` stays one process.)"""
+    cassette = tmp_path / "cassette"
+    n = 12
+    recorder = RetimerProxy(tmp_path / "rec", *PACED, "--intercept", r"^127\.0\.0\.1:",
+                            "--record", str(cassette), upstream_ca=fake.ca_path).start()
+    body = fake.openai_body
+    texts = []
+    try:
+        for i in range(n):  # each conversation its own reply
+            fake.openai_body = make_openai_stream(f"Reply number {i}, for hi {i} alone.")
+            texts.append(_stream(recorder, fake, i))
+        recorder.records(n)
+    finally:
+        fake.openai_body = body
+        recorder.stop()
+    asked = len(fake.requests)
+    proxy = _proxy(tmp_path / "play", fake, "--replay", str(cassette))
+    try:
+        with ThreadPoolExecutor(6) as pool:
+            again = list(pool.map(lambda i: _stream(proxy, fake, i), range(n)))
+        records = proxy.records(n)
+    finally:
+        proxy.stop()
+    assert again == texts == [f"Reply number {i}, for hi {i} alone." for i in range(n)]
+    assert len(fake.requests) == asked  # the upstream was asked nothing
+    assert {r["worker"] for r in records} == {1, 2}
+    assert sorted(r["cassette"]["call"] for r in records) == list(range(1, n + 1))
+    assert all(r["cassette"]["match"] == "replayed" for r in records)

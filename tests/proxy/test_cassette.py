@@ -107,7 +107,7 @@ def test_a_tool_output_that_differs_is_matched_loosely(tmp_path: Path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["--record", "{d}", "--replay", "{d}"], "retimer: error: --record and --replay: one at a time"),
     (["--replay", "{d}/none"], "/none/cassette.json: no cassette here"),
-    (["--record", "{d}/c", "--workers", "2"], "--record: one process records or replays a session"),
+    (["--record", "{d}/c", "--workers", "2"], "--record: one process records a session, in order; leave out --workers"),
 ])
 def test_bad_cassette_options_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     result = run_cli(*[a.format(d=tmp_path) for a in args], "--listen-port", "0", timeout=30)

@@ -195,9 +195,8 @@ class ProxyConfig:
             fail(f"--cache-max-mb: expected a size >= 0, got {self.cache_max_mb:g}")
         if self.record and self.replay:
             fail("--record and --replay: one at a time")
-        if (self.record or self.replay) and self.workers > 1:
-            fail(f"{'--record' if self.record else '--replay'}: one process records or replays "
-                 "a session; leave out --workers")
+        if self.record and self.workers > 1:
+            fail("--record: one process records a session, in order; leave out --workers")
         if not self.upstream:
             return self
         from retimer.proxy.reverse import UpstreamError, parse_upstream
