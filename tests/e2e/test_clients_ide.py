@@ -150,7 +150,9 @@ COPILOT_SSE = Agent("copilot-sse", "openai-responses", "apply_patch", lambda p: 
                     NPM_BIN / "copilot", custom_input=patch_text)
 
 
-pytestmark = pytest.mark.fake_api(script=TaskScript, bursts=2)  # fake_api.script: the task's model
+# fake_api.script: the task's model; spread: the cases (each a real agent, 10-60 s) go to any
+# worker, each starting its own fake API and proxies, rather than one worker running them all
+pytestmark = [pytest.mark.fake_api(script=TaskScript, bursts=2), pytest.mark.spread]
 
 
 CASES = [pytest.param(a, m, id=f"{a}-{m}") for a in AGENTS for m in ("forward", "reverse")]
