@@ -395,9 +395,14 @@ def check_run(run: Run, agent: Agent) -> list[str]:
     return problems
 
 
-def whatif_waits(records: list[dict[str, Any]], tmp: Path, profiles: str = "cerebras,gpt-5,o3"
-                 ) -> dict[str, float]:
-    """`retimer whatif --json` on the records as one session: each profile's waiting time (s)."""
+def whatif_waits(records: list[dict[str, Any]], tmp: Path, profiles: str = "cerebras,gpt-5,o3",
+                 *, cold: bool = False) -> dict[str, float]:
+    """`retimer whatif --json` on the records as one session: each profile's waiting time (s).
+    `cold`: with no prompt tokens cached. A record's `cached_tokens` is what a provider's cache
+    would hold given everything the proxy saw before (an earlier run of the same task, a Codex
+    prewarm): two sessions compared turn by turn are compared cold."""
+    if cold:
+        records = [{**r, "model": {**r["model"], "cached_tokens": 0}} for r in records]
     return {p["profile"]: p["waiting_s"] for p in whatif_session(records, tmp, profiles)["profiles"]}
 
 
