@@ -8,12 +8,14 @@ its terminator back, so the client always leaves first."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from pathlib import Path
 from types import TracebackType
 
 import h11
+import httpx
 import openai
 import pytest
 
@@ -76,6 +78,17 @@ class HeldEndUpstream:
                 self.hung_up.set()
 
 
+def _whole(proxy: str, upstream: str) -> str:
+    """A client that reads the body to its end (the chunked terminator included), as the SDK
+    does not: the proxy always sees the upstream's end before this client leaves."""
+    with httpx.Client(proxy=proxy, timeout=30) as client:
+        body = client.post(upstream + "/v1/chat/completions", headers={HOLD: "0"}, json={
+            "model": "gpt-test", "stream": True, "messages": [{"role": "user", "content": "hi"}]}).text
+    deltas = [json.loads(line[6:])["choices"] for line in body.splitlines()
+              if line.startswith("data: {")]
+    return "".join(c[0]["delta"].get("content") or "" for c in deltas if c)
+
+
 def _chat(client: openai.OpenAI, hold: bool) -> str:
     stream = client.chat.completions.create(
         model="gpt-test", messages=[{"role": "user", "content": "hi"}], stream=True,
@@ -92,8 +105,10 @@ def test_a_passthrough_client_that_leaves_before_the_upstreams_end_has_its_token
     with HeldEndUpstream() as upstream, InProcessProxy(tmp_path, "--profile", "passthrough") as proxy:
         client = openai.OpenAI(base_url=upstream.url + "/v1", api_key="sk-test", max_retries=0,
                                http_client=openai.DefaultHttpxClient(proxy=proxy.url))
+        # the reference reads to the end: the SDK, which closes at [DONE], could leave before
+        # the proxy relayed the upstream's end on a loaded machine (the flake hunt)
+        ended = _whole(proxy.url, upstream.url)
         with client:
-            ended = _chat(client, hold=False)
             left = _chat(client, hold=True)  # the SDK closes at [DONE]: before the upstream's end
         complete, gone = proxy.records(2, timeout=5)
         assert upstream.hung_up.wait(5)  # the upstream request was still cancelled
