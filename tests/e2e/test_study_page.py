@@ -781,3 +781,81 @@ def test_a_staircase_on_the_study_page(tmp_path: Path, fake: FakeLLM) -> None:
     # with room for a loaded machine's lateness (a quiet one keeps it within tens of ms)
     assert all(s["level"] - 2 <= s["emitted"]["ttft_ms"] < 1.45 * s["level"] for s in streams), [
         (s["level"], s["emitted"]["ttft_ms"]) for s in streams]
+
+
+def _page_session(proxy: RetimerProxy, pid: str, texts: list[str],
+                  before: Any = None) -> list[dict[str, Any]]:
+    """A participant's whole study through the page's API: each task's message sent (after
+    `before(i)`, if given), its reply rated, on to the next; the turns as the page shows them."""
+    turns = []
+    with httpx.Client(base_url=proxy.url, timeout=30) as c:
+        c.get(f"/study/?participant={pid}")
+        assert c.post("/study/api/consent", json={}).status_code == 200
+        for i, text in enumerate(texts):
+            if before is not None:
+                before(i)
+            chat = c.post("/study/api/chat", json={"text": text})
+            assert chat.status_code == 200, chat.text
+            turns.append(c.get("/study/api/state").json()["turns"][-1])
+            rated = c.post("/study/api/rate", json={"turn": chat.headers["x-study-turn"],
+                                                    "scores": {"speed": 4, "quality": 4}})
+            assert rated.status_code == 200, rated.text
+            assert c.post("/study/api/next", json={}).status_code == 200
+    return turns
+
+
+def test_a_page_study_replays_a_cassette_its_pilot_recorded(tmp_path: Path) -> None:
+    """Content-controlled tasks on the page: a pilot participant's conversation recorded with
+    `--record`, then the study run with `--replay` and nothing upstream. Each participant's
+    messages are answered with the recorded replies, at their own condition's pace (the fast
+    one faster than the upstream was); a message the pilot never sent gets the page's error
+    turn (a 400 with the cassette's reason, as an upstream error would be), not a hang."""
+    from tests.support.proxy import free_port
+    from tests.support.stream_bodies import make_openai_stream
+
+    replies = ["A CSV file is text: one record per line, fields split by commas.",
+               "Open it in a spreadsheet, or read it with Python's csv module."]
+    texts = ["What is a CSV file?", "How do I open one?"]
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({
+        "name": "replayed", "seed": 8, "unit": "conversation", "counterbalancing": "latin-square",
+        "participant_ids": "numbered",
+        "conditions": [{"name": "instant", "profile": "gpt-5", "ttft": "50ms", "tps": 15000,
+                        "jitter": 0},
+                       {"name": "slow", "profile": "gpt-5", "ttft": "900ms", "tps": 40, "jitter": 0}],
+        "page": {"model": "study-model", "system": "Be brief.", "completion": {"code": "RP"},
+                 "tasks": ["Ask what a CSV file is.", "Ask how to open one."]}}))
+    cassette = tmp_path / "cassette"
+    with FakeLLM(bursts=4, burst_gap=0.2) as fake:
+        def reply(i: int) -> None:
+            fake.openai_body = make_openai_stream(replies[i])
+
+        with PageProxy(tmp_path / "pilot", study, fake.url, "--record", str(cassette)) as pilot:
+            recorded = _page_session(pilot, "P1", texts, reply)
+        asked = len(fake.requests)
+    assert [t["reply"] for t in recorded] == replies and asked == 2
+    design, _ = load_study(str(study))
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens: the replay has no upstream
+    with PageProxy(tmp_path / "p", study, gone, "--replay", str(cassette)) as proxy:
+        turns = {pid: _page_session(proxy, pid, texts) for pid in ("P1", "P2")}
+        with httpx.Client(base_url=proxy.url, timeout=30) as p3:
+            p3.get("/study/?participant=P3")
+            p3.post("/study/api/consent", json={})
+            astray = p3.post("/study/api/chat", json={"text": "Something the pilot never asked"})
+            time.sleep(0.3)
+            after = p3.get("/study/api/state").json()
+        lines = log_lines(proxy)
+    assert {pid: [t["reply"] for t in ts] for pid, ts in turns.items()} == {
+        "P1": replies, "P2": replies}
+    # the page shows the error's message; the turn is over (broken), so P3 may send again
+    assert astray.status_code == 400 and "matches no recorded call" in astray.json()["error"]["message"]
+    assert [t["status"] for t in after["turns"]] == ["broken"]
+    streams = [s for s in lines if "type" not in s and s["participant"] in ("P1", "P2")]
+    assert len(streams) == 4 and all(s["cassette"]["match"] == "replayed" for s in streams)
+    for s in streams:
+        assert s["condition"] == design.condition(s["participant"], s["unit"]).name
+        assert s["target"]["ttft_ms"] - 5 <= s["emitted"]["ttft_ms"]
+        assert s["upstream_bound"] is False
+    assert {s["condition"] for s in streams} == {"instant", "slow"}
+    assert not [s for s in lines if "type" not in s and s["participant"] == "P3"]  # no stream
+    assert proxy.stderr().count("retimer: cassette: a call to /v1/chat/completions diverged") == 1
