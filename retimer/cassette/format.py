@@ -3,12 +3,16 @@ shape (digests only), its response's status and headers (secrets left out, as th
 cache keeps them), the name, size and sha256 of its body file, and the upstream's timing.
 Pure: (de)serialisation and checks; `retimer.cassette.store` reads and writes the files.
 
-    {"format": 2, "retimer": "0.x", "created": "2026-12-05T14:00:00+00:00",
+    {"format": 3, "retimer": "0.x", "created": "2026-12-05T14:00:00+00:00",
      "calls": [{"shape": {...}, "status": 200, "reason": "OK", "headers": [["content-type",
                 "text/event-stream"]], "url": "https://api.openai.com/v1/chat/completions",
                 "method": "POST", "protocol": "openai-chat", "created": "...",
                 "body": "calls/0001.body", "body_size": 5120, "body_sha256": "...",
                 "upstream": {"ttft_ms": 412.0, "duration_ms": 2310.5, "tokens": 180}}]}
+
+A gRPC call over HTTP/2 keeps its trailers (`"trailers": [["grpc-status", "0"], ...]`: the
+status, its message and trailing metadata, secrets left out as from headers), which the replay
+sends after the body.
 
 A WebSocket's turns are calls of their own, with `"socket": N` (the session's N-th recorded
 socket) and `"turn": T` (answering the socket's T-th client message; 0: what the server sent
@@ -35,8 +39,9 @@ __all__ = ["FORMAT", "CassetteCall", "CorruptCassette", "IndexedCall", "Upstream
 
 # what a call's `protocol` may name: a stream's adapter, a whole answer, a WebSocket turn
 KNOWN_PROTOCOLS = frozenset({a.name for a in ADAPTERS} | {"non-streaming", "websocket"})
-FORMAT = 2  # bump when the index's layout or the shape's digests change (2: WebSocket turns,
-# timestamps as JSON numbers normalised)
+FORMAT = 3  # bump when the index's layout or the shape's digests change (2: WebSocket turns,
+# timestamps as JSON numbers normalised; 3: HTTP/2 trailers)
+READS = frozenset({2, 3})  # a format-2 index is a format-3 one without trailers
 _BODY = re.compile(r"calls/\d{4,}\.body\Z")
 
 
@@ -62,6 +67,7 @@ class CassetteCall:
     upstream: UpstreamTiming
     socket: int | None = None  # a WebSocket turn's socket, from 1
     turn: int | None = None  # and its turn: the client message it answers (0: none)
+    trailers: list[tuple[str, str]] | None = None  # HTTP/2 trailers (gRPC's status), if any
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class IndexedCall:
     body_sha256: str
     socket: int | None = None
     turn: int | None = None
+    trailers: list[tuple[str, str]] | None = None
 
 
 def body_name(number: int) -> str:
@@ -98,6 +105,8 @@ def encode_index(calls: Sequence[CassetteCall], *, created: str, version: str) -
                          "tokens": call.upstream.tokens}})
         if call.socket is not None:
             out[-1].update(socket=call.socket, turn=call.turn)
+        if call.trailers is not None:
+            out[-1]["trailers"] = [[k, v] for k, v in call.trailers]
     doc = {"format": FORMAT, "retimer": version, "created": created, "calls": out}
     return json.dumps(doc, ensure_ascii=False, indent=1).encode()
 
@@ -148,8 +157,11 @@ def _call(obj: Any, n: int) -> IndexedCall:
     socket, turn = obj.get("socket"), obj.get("turn")
     if socket is not None and not (_count(socket) and socket >= 1 and _count(turn)):
         raise CorruptCassette(f"call {n} has a bad WebSocket socket or turn")
+    trailers = None if obj.get("trailers") is None else stored_headers(obj.get("trailers"))
+    if obj.get("trailers") is not None and trailers is None:
+        raise CorruptCassette(f"call {n} has bad trailers")
     return IndexedCall(shape, entry, upstream, str(strings["body"]), size,
-                       str(strings["body_sha256"]), socket, turn)
+                       str(strings["body_sha256"]), socket, turn, trailers)
 
 
 def _count(value: Any) -> bool:
@@ -166,8 +178,9 @@ def decode_index(data: bytes) -> tuple[dict[str, str], list[IndexedCall]]:
         raise CorruptCassette(f"not JSON ({e})") from None
     if not isinstance(doc, dict):
         raise CorruptCassette("not a JSON object")
-    if doc.get("format") != FORMAT:
-        raise CorruptCassette(f"format {doc.get('format')!r}; this retimer reads format {FORMAT} "
+    if doc.get("format") not in READS:
+        raise CorruptCassette(f"format {doc.get('format')!r}; this retimer reads formats "
+                              f"{', '.join(map(str, sorted(READS)))} "
                               f"(recorded by retimer {doc.get('retimer', 'unknown')})")
     calls = doc.get("calls")
     if not isinstance(calls, list):
@@ -183,4 +196,4 @@ def check_body(call: IndexedCall, body: bytes) -> CassetteCall:
     if hashlib.sha256(body).hexdigest() != call.body_sha256:
         raise CorruptCassette("it is not the body the index names (sha256 differs)")
     return CassetteCall(call.shape, replace(call.entry, body=body), call.upstream, call.socket,
-                        call.turn)
+                        call.turn, call.trailers)

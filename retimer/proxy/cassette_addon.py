@@ -11,8 +11,9 @@ replay server on loopback, as the cache serves a hit, so the Retimer addon paces
 stream. A call that matches none gets a 400 in the API's error shape (clients do not retry a
 400), or, with `retimer_replay_diverged=upstream`, goes to its upstream; a WebSocket turn
 that matches none gets an `error` event (its socket is the replay's: it has no upstream to
-go to). Each replayed call's record names its match (`cassette`). gRPC over HTTP/2 is not
-recorded (it ends in trailers, which a recorded body does not keep).
+go to). Each replayed call's record names its match (`cassette`). A gRPC call over HTTP/2
+keeps its trailers (its status) and is replayed by an HTTP/2 server of its own
+(`retimer.proxy.cassette_h2`), to which the proxy's TLS trusts that server's own certificate only.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import connection, ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
 
-from retimer.cache.entry import new_entry
+from retimer.cache.entry import new_entry, storable_headers
 from retimer.cassette.format import CassetteCall, UpstreamTiming
 from retimer.cassette.match import CassetteMatcher, Match, Verdict
 from retimer.cassette.shape import call_shape
 from retimer.cassette.store import CassetteError, CassetteWriter, read_cassette
 from retimer.proxy.cache_addon import ReplayServer
+from retimer.proxy.cassette_h2 import H2ReplayServer
 from retimer.proxy.cassette_sockets import (
     FinishedTurn,
     ReplayedSocket,
@@ -50,6 +52,7 @@ from retimer.proxy.hooks import (
 from retimer.records.schema import StreamRecord
 from retimer.wire.classify import is_llm_call
 from retimer.wire.hosts import is_llm_host
+from retimer.wire.media import envelope_codec
 from retimer.wire.protocols.base import RequestShape
 from retimer.wire.protocols.websocket import decode_messages
 
@@ -71,6 +74,7 @@ class Cassettes:
         self.participants: dict[str, CassetteMatcher] = {}  # a study's: each replays it all
         self.replay = ReplayServer()
         self.socket_replay = SocketReplayServer()
+        self.h2_replay = H2ReplayServer()  # started when the cassette holds a gRPC-over-HTTP/2 call
         self.counts: Counter[Match] = Counter()
         self.sockets = 0  # sockets recorded so far
         self.recording: dict[str, SocketRecording] = {}  # flow id: a socket being recorded
@@ -114,10 +118,13 @@ class Cassettes:
         if self.matcher is not None:
             await self.replay.start()
             await self.socket_replay.start()
+            if any(c.trailers is not None for c in self.calls):
+                await self.h2_replay.start()
 
     def done(self) -> None:
         self.replay.stop()
         self.socket_replay.stop()
+        self.h2_replay.stop()
         if self.writer is not None:
             logger.warning(f"retimer: cassette {self.writer.dir}: {len(self.writer.calls)} "
                            "calls recorded")
@@ -159,13 +166,19 @@ class Cassettes:
         body = request_body(flow)
         headers = {k.lower(): v for k, v in request.headers.items()}
         shape = RequestShape.of_body(request.method, host, request.path, headers, body)
-        if not is_llm_call(shape, headers.get("content-type", ""), is_llm_host(host)):
+        ctype = headers.get("content-type", "")
+        if not (is_llm_call(shape, ctype, is_llm_host(host))
+                or self._recorded_rpc(request.method, request.path, ctype)):
             return
         verdict = matcher.match(call_shape(request.method, request.path, body))
         self._count(verdict)
         flow.metadata[CASSETTE_KEY] = _described(verdict)
         if verdict.index is not None:
-            self.replay.serve(flow, self.calls[verdict.index].entry)
+            found = self.calls[verdict.index]
+            if found.trailers is not None:
+                self.h2_replay.serve(flow, found.entry, found.trailers)
+            else:
+                self.replay.serve(flow, found.entry)
             return
         logger.warning(f"retimer: cassette: a call to {request.path} diverged: {verdict.reason}")
         if ctx.options.retimer_replay_diverged == "upstream":
@@ -174,8 +187,15 @@ class Cassettes:
                                            {"content-type": "application/json"})
 
     def error(self, flow: http.HTTPFlow) -> None:
-        if self.replay.forget(flow) or self.socket_replay.forget(flow):
+        if self.replay.forget(flow) or self.socket_replay.forget(flow) or self.h2_replay.forget(flow):
             logger.warning(f"retimer: a replayed call was not served: {flow.error}")
+
+    def tls_start_server(self, tls_start: tls.TlsData) -> None:
+        """The proxy's TLS to the HTTP/2 replay server trusts that server's own certificate
+        (whatever `ssl_insecure` and the upstream CA options say of real upstreams)."""
+        server = tls_start.conn
+        if isinstance(server, connection.Server) and self.h2_replay.is_me(server.address):
+            tls_start.ssl_conn = self.h2_replay.pinned_context(list(server.alpn_offers))
 
     def websocket_start(self, flow: http.HTTPFlow) -> None:
         if self.writer is not None and is_llm_websocket(flow):
@@ -213,16 +233,20 @@ class Cassettes:
         response = flow.response
         if writer is None or response is None or response.status_code != 200:
             return
+        trailers = None
         if record.protocol == "non-streaming":  # held whole: the body is the response's
             body = response.get_content(strict=False)
         elif (
             record.outcome != "complete" or stream.fallback is not None
             or stream.adapter.api_error or stream.adapter.anomaly is not None
-            or stream.adapter.name == "grpc" and response.http_version == "HTTP/2.0"
         ):
             return
         else:
             body = stream.body
+        if stream.adapter.name == "grpc" and response.http_version == "HTTP/2.0":
+            if not response.trailers:  # its status never came: nothing to replay
+                return
+            trailers = storable_headers(response.trailers.items(multi=True))
         if body is None:
             return
         request = flow.request
@@ -234,7 +258,7 @@ class Cassettes:
         timing = UpstreamTiming(
             up.ttft_ms if up else None, up.duration_ms if up else None, up.tokens if up else None)
         self._add(CassetteCall(call_shape(request.method, request.path, request_body(flow)),
-                               entry, timing))
+                               entry, timing, trailers=trailers))
 
     def retimer_record(self, record: StreamRecord) -> None:
         if record.connection in self.recording and record.turn is not None:
@@ -242,6 +266,14 @@ class Cassettes:
                 record.upstream.tokens if record.upstream else None)
 
     # -- internals -------------------------------------------------------------------------
+    def _recorded_rpc(self, method: str, path: str, content_type: str) -> bool:
+        """A streaming RPC (gRPC, Connect) to a method the cassette holds a call of: an RPC's
+        body is not JSON, so only the recording tells the model's calls from other RPCs."""
+        if envelope_codec(content_type) is None:
+            return False
+        path = path.split("?", 1)[0]
+        return any(c.shape.method == method and c.shape.path == path for c in self.calls)
+
     def _count(self, verdict: Verdict) -> None:
         """Count a match; say once when a replay diverges from its start: the session is not
         the one recorded, and every call would fail the same way."""

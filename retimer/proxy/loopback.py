@@ -37,15 +37,16 @@ class Redirect:
     metadata_key: str
 
     @classmethod
-    def to(cls, flow: http.HTTPFlow, port: int, metadata_key: str) -> Redirect:
-        """Point `flow` at 127.0.0.1:`port` over plain HTTP (data fields, not the setters:
-        Host / :authority stay as the client sent them)."""
+    def to(cls, flow: http.HTTPFlow, port: int, metadata_key: str,
+           scheme: bytes = b"http") -> Redirect:
+        """Point `flow` at 127.0.0.1:`port` over plain HTTP (or `scheme`; data fields, not the
+        setters: Host / :authority stay as the client sent them)."""
         data = flow.request.data
         redirect = cls(flow, data.scheme, data.host, data.port, secrets.token_urlsafe(24),
                        metadata_key)
         flow.metadata[metadata_key] = redirect.token
         flow.request.headers[REPLAY_HEADER] = redirect.token
-        data.scheme, data.host, data.port = b"http", "127.0.0.1", port
+        data.scheme, data.host, data.port = scheme, "127.0.0.1", port
         return redirect
 
     def restore(self) -> None:

@@ -5,6 +5,7 @@ HTTP/2 trailers (status, message, trailing metadata) arrive intact, an error sta
 from __future__ import annotations
 
 import importlib
+import json
 import subprocess
 import sys
 import time
@@ -50,8 +51,11 @@ def grpc_chat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
     pb, pb_grpc = _compiled(tmp)
     ca, cert, key = make_certs(tmp, ("localhost", "127.0.0.1"), "retimer grpc test CA")
 
+    asked: list[str] = []  # the prompts the server was called with
+
     class Chat(pb_grpc.ChatServicer):  # type: ignore[misc, name-defined]
         def Stream(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            asked.append(request.prompt)
             context.set_trailing_metadata((("x-usage", "tokens=41"),))
             for i, piece in enumerate(PIECES):
                 if request.fail_after and i == request.fail_after:
@@ -67,14 +71,14 @@ def grpc_chat(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, A
         with RetimerProxy(tmp / "proxy", "--intercept", "localhost", "--profile", "gpt-5",
                           "--ttft", f"{TTFT_MS:g}ms", "--tps", f"{TPS:g}", "--jitter", "0",
                           upstream_ca=ca) as proxy:
-            yield pb, pb_grpc, port, ca, proxy
+            yield pb, pb_grpc, port, ca, proxy, asked
     finally:
         server.stop(0)
 
 
-def _call(served: tuple[Any, Any, int, Path, RetimerProxy], fail_after: int = 0,
+def _call(served: tuple[Any, ...], fail_after: int = 0,
           direct: bool = False) -> tuple[list[Any], grpc.Call, list[float]]:
-    pb, pb_grpc, port, ca, proxy = served
+    pb, pb_grpc, port, ca, proxy = served[:5]
     roots = ca.read_bytes() if direct else proxy.ca_path.read_bytes()
     options = [] if direct else [("grpc.http_proxy", proxy.url)]
     options.append(("grpc.enable_http_proxy", 0 if direct else 1))
@@ -117,3 +121,36 @@ def test_an_error_status_arrives_after_the_same_text(grpc_chat: Any) -> None:
     assert (call.code(), call.details()) == (direct_call.code(), direct_call.details()) == (
         grpc.StatusCode.RESOURCE_EXHAUSTED, "quota: 41 tokens left")
     assert ("x-usage", "tokens=41") in [(m.key, m.value) for m in call.trailing_metadata()]
+
+
+def test_a_grpc_session_recorded_replays_with_its_trailers_and_no_upstream_call(
+        grpc_chat: Any, tmp_path: Path) -> None:
+    """`--record` keeps a gRPC call's HTTP/2 trailers; `--replay` answers the same calls from
+    the cassette (an HTTP/2 replay server of its own) at another profile: the same messages,
+    status and trailing metadata, an error status too, paced anew, the server never called."""
+    pb, pb_grpc, port, ca, _, asked = grpc_chat
+    cassette = tmp_path / "cassette"
+    with RetimerProxy(tmp_path / "rec", "--intercept", "localhost", "--profile", "gpt-5",
+                      "--ttft", "300ms", "--tps", "100", "--jitter", "0", "--record",
+                      str(cassette), upstream_ca=ca) as recorder:
+        recorded = [_call((pb, pb_grpc, port, ca, recorder), fail_after=f) for f in (0, 3)]
+        recorder.records(2)
+    index = json.loads((cassette / "cassette.json").read_text())
+    assert [c["protocol"] for c in index["calls"]] == ["grpc", "grpc"]
+    assert [dict(c["trailers"])["grpc-status"] for c in index["calls"]] == ["0", "8"]
+    before = len(asked)
+    with RetimerProxy(tmp_path / "play", "--intercept", "localhost", "--profile", "gpt-5",
+                      "--ttft", "100ms", "--tps", "400", "--jitter", "0", "--replay",
+                      str(cassette), upstream_ca=ca) as player:
+        replayed = [_call((pb, pb_grpc, port, ca, player), fail_after=f) for f in (0, 3)]
+        records = player.records(2)
+    assert len(asked) == before  # every call from the cassette
+    for (got, call, _), (want, want_call, _) in zip(replayed, recorded, strict=True):
+        assert got == want  # message for message, as recorded
+        assert (call.code(), call.details()) == (want_call.code(), want_call.details())
+        assert ("x-usage", "tokens=41") in [(m.key, m.value) for m in call.trailing_metadata()]
+    assert replayed[1][1].code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert len(replayed[0][0]) > len(PIECES)  # split into token pieces again
+    assert [(r["protocol"], r["outcome"], r["cassette"]["match"]) for r in records] == [
+        ("grpc", "complete", "replayed")] * 2
+    assert all(95 < r["emitted"]["ttft_ms"] < 1000 for r in records)  # this profile's 100 ms

@@ -120,7 +120,7 @@ def test_a_damaged_cassette_is_refused_at_start_in_one_line(tmp_path: Path) -> N
     (tmp_path / "c" / INDEX).write_text(json.dumps({"format": 99, "calls": []}))
     result = run_cli("--replay", str(tmp_path / "c"), "--listen-port", "0", timeout=30)
     assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert "format 99; this retimer reads format 2" in result.stderr, result.stderr
+    assert "format 99; this retimer reads formats 2, 3" in result.stderr, result.stderr
 
 
 NOTICE = "streams so far were upstream-bound: the upstream is slower than the profile"

@@ -292,7 +292,7 @@ def documented_modules() -> set[str]:
     for line in part.splitlines():
         if m := re.match(r"^### `(retimer\.[a-z_.]+)`|^`(retimer\.[a-z_.]+)`:", line):
             package = m.group(1) or m.group(2)
-        elif (m := re.match(r"^\| `([a-z_]+)/?` \|", line)) and package:
+        elif (m := re.match(r"^\| `([a-z_0-9]+)/?` \|", line)) and package:
             found.add(f"{package}.{m.group(1)}")
     return found
 

@@ -39,6 +39,24 @@ def test_calls_read_back_in_order_with_their_shapes_bodies_and_timing(tmp_path: 
     assert [c.upstream.ttft_ms for c in calls] == [400.0, 401.0, 402.0]
 
 
+def test_trailers_read_back_and_a_format_2_cassette_still_reads(tmp_path: Path) -> None:
+    """A gRPC call's HTTP/2 trailers are kept (format 3); a format-2 index (no trailers, from
+    the retimer before) reads as it did."""
+    from dataclasses import replace
+
+    grpc = replace(call(0), trailers=[("grpc-status", "0"), ("x-usage", "tokens=41")])
+    writer = CassetteWriter(tmp_path / "c")
+    writer.add(grpc)
+    writer.add(call(1))
+    assert read_cassette(tmp_path / "c")[1] == [grpc, call(1)]
+    index = json.loads((tmp_path / "c" / INDEX).read_text())
+    assert index["format"] == 3 and "trailers" not in index["calls"][1]
+    index["format"] = 2
+    del index["calls"][0]["trailers"]
+    (tmp_path / "c" / INDEX).write_text(json.dumps(index))
+    assert read_cassette(tmp_path / "c")[1] == [call(0), call(1)]
+
+
 def test_the_files_are_owner_only_and_keep_no_secret(tmp_path: Path) -> None:
     writer = CassetteWriter(tmp_path / "c")
     writer.add(call(0))
@@ -85,7 +103,9 @@ def test_a_recording_the_disk_refuses_keeps_the_calls_so_far(tmp_path: Path,
     (lambda d: (d / "calls" / "0001.body").unlink(), r"0001.body: cannot read \(No such file or directory\)"),
     (lambda d: (d / INDEX).write_bytes((d / INDEX).read_bytes()[:100]), r"cassette.json: not a cassette this retimer can replay: not JSON"),
     (lambda d: (d / INDEX).write_text(json.dumps({**json.loads((d / INDEX).read_text()), "format": 99})),
-     r"format 99; this retimer reads format 2 \(recorded by retimer "),
+     r"format 99; this retimer reads formats 2, 3 \(recorded by retimer "),
+    (lambda d: (d / INDEX).write_text((d / INDEX).read_text().replace('"upstream"', '"trailers": [["grpc-status"]], "upstream"', 1)),
+     r"call 1 has bad trailers"),
     (lambda d: (d / INDEX).write_text((d / INDEX).read_text().replace('"calls/0002.body"', '"../x.body"')),
      r"call 2 names a body file outside calls/"),
     (lambda d: (d / INDEX).write_text((d / INDEX).read_text().replace('"status": 200', '"status": 9', 1)),
