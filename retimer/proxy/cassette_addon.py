@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from mitmproxy import connection, ctx, exceptions, http, tls
 from mitmproxy.addonmanager import Loader
@@ -60,6 +61,7 @@ logger = logging.getLogger("retimer")
 
 DIVERGED = ("error", "upstream")
 SOCKET = "WEBSOCKET"  # the method of a WebSocket turn's shape
+GRPC_FAILED_PRECONDITION = "9"  # gRPC's status for "the system is not in the state required"
 DIVERGED_AT_ONCE = 3  # calls that diverged, none replayed, before the replay says it is lost
 NOTICE_AFTER = 5  # streams seen before a run is called mostly upstream-bound
 
@@ -182,6 +184,13 @@ class Cassettes:
             return
         logger.warning(f"retimer: cassette: a call to {request.path} diverged: {verdict.reason}")
         if ctx.options.retimer_replay_diverged == "upstream":
+            return
+        codec = envelope_codec(ctype)
+        if codec is not None and codec[0] == "grpc":  # gRPC's own error: a trailers-only answer
+            message = json.loads(_diverged_error(verdict, "a call"))["error"]["message"]
+            flow.response = http.Response.make(200, b"", {
+                "content-type": ctype, "grpc-status": GRPC_FAILED_PRECONDITION,
+                "grpc-message": quote(message, safe=" ,;:()'/-_.")})
             return
         flow.response = http.Response.make(400, _diverged_error(verdict, "a call"),
                                            {"content-type": "application/json"})

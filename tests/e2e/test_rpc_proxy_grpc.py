@@ -127,7 +127,8 @@ def test_a_grpc_session_recorded_replays_with_its_trailers_and_no_upstream_call(
         grpc_chat: Any, tmp_path: Path) -> None:
     """`--record` keeps a gRPC call's HTTP/2 trailers; `--replay` answers the same calls from
     the cassette (an HTTP/2 replay server of its own) at another profile: the same messages,
-    status and trailing metadata, an error status too, paced anew, the server never called."""
+    status and trailing metadata, an error status too, paced anew, the server never called; a
+    call it does not hold gets gRPC's own error status."""
     pb, pb_grpc, port, ca, _, asked = grpc_chat
     cassette = tmp_path / "cassette"
     with RetimerProxy(tmp_path / "rec", "--intercept", "localhost", "--profile", "gpt-5",
@@ -144,6 +145,7 @@ def test_a_grpc_session_recorded_replays_with_its_trailers_and_no_upstream_call(
                       str(cassette), upstream_ca=ca) as player:
         replayed = [_call((pb, pb_grpc, port, ca, player), fail_after=f) for f in (0, 3)]
         records = player.records(2)
+        _, astray, _ = _call((pb, pb_grpc, port, ca, player), fail_after=5)  # never recorded
     assert len(asked) == before  # every call from the cassette
     for (got, call, _), (want, want_call, _) in zip(replayed, recorded, strict=True):
         assert got == want  # message for message, as recorded
@@ -154,3 +156,6 @@ def test_a_grpc_session_recorded_replays_with_its_trailers_and_no_upstream_call(
     assert [(r["protocol"], r["outcome"], r["cassette"]["match"]) for r in records] == [
         ("grpc", "complete", "replayed")] * 2
     assert all(95 < r["emitted"]["ttft_ms"] < 1000 for r in records)  # this profile's 100 ms
+    # a call the cassette does not hold: gRPC's own error, saying why
+    assert astray.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "matches no recorded call" in astray.details(), astray.details()
