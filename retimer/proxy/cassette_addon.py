@@ -13,7 +13,8 @@ stream. A call that matches none gets a 400 in the API's error shape (clients do
 that matches none gets an `error` event (its socket is the replay's: it has no upstream to
 go to). Each replayed call's record names its match (`cassette`). A gRPC call over HTTP/2
 keeps its trailers (its status) and is replayed by an HTTP/2 server of its own
-(`retimer.proxy.cassette_h2`), to which the proxy's TLS trusts that server's own certificate only.
+(`retimer.proxy.cassette_h2`: the proxy's TLS to it trusts its own certificate and no other);
+one that matches none gets gRPC's error status instead of a 400.
 """
 
 from __future__ import annotations
