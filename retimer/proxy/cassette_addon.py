@@ -188,7 +188,7 @@ class Cassettes:
             return
         codec = envelope_codec(ctype)
         if codec is not None and codec[0] == "grpc":  # gRPC's own error: a trailers-only answer
-            message = json.loads(_diverged_error(verdict, "a call"))["error"]["message"]
+            message = _diverged_message(verdict, "a call")
             flow.response = http.Response.make(200, b"", {
                 "content-type": ctype, "grpc-status": GRPC_FAILED_PRECONDITION,
                 "grpc-message": quote(message, safe=" ,;:()'/-_.")})
@@ -367,12 +367,17 @@ def _described(verdict: Verdict) -> dict[str, Any]:
             "reason": verdict.reason}
 
 
+def _diverged_message(verdict: Verdict, what: str) -> str:
+    """Why a call (`what`) got no recorded answer, and what to do."""
+    return (f"retimer cassette: {what} that matches no recorded call ({verdict.reason}); "
+            "record the session again, or replay with --replay-diverged upstream")
+
+
 def _diverged_error(verdict: Verdict, what: str, *, event: bool = False) -> bytes:
     """The error a call that diverged gets, in the shape the APIs give theirs (an `error` with
     a `type` and a `message`, and the fields OpenAI, Anthropic and Gemini clients look for);
     on a WebSocket, the Responses API's error event (a `status`, a string `code`)."""
-    message = (f"retimer cassette: {what} that matches no recorded call ({verdict.reason}); "
-               "record the session again, or replay with --replay-diverged upstream")
+    message = _diverged_message(verdict, what)
     if event:
         return json.dumps({"type": "error", "status": 400, "error": {
             "type": "invalid_request_error", "code": "retimer_cassette_diverged",
