@@ -18,10 +18,12 @@ same calls). A case is within the goal when grew is within 15 % of predicted, an
 transports within 10 % of each other.
 
 `--suite cassettes` runs the record-and-replay cases (tests/support/clients/cassette_run.py):
-each agent's task recorded once, then replayed from the cassette with nothing upstream at
-15,000 tok/s (50 ms TTFT) and at o3 (no jitter). A replay is within the goal when its session
-time (first call's start to last call's end) is within 20 % (15,000 tok/s) or 10 % (o3) of
-what `retimer whatif` predicted for that profile from the recording.
+each agent's task recorded once (after a warm-up run), then replayed from the cassette with
+nothing upstream at 15,000 tok/s (50 ms TTFT) and at o3 (no jitter). The goals are issue 40's:
+at 15,000 tok/s the agent's wall time (its process, start to exit) within 20 % of the
+recording's wall time less its model time plus the profile's; at o3 the replay's session time
+(first call's start to last call's end) within 10 % of what `retimer whatif` predicted for o3
+from the recording. Both figures are in the table for every replay.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ SUITES = {"agents": "tests/e2e/test_clients_agents.py", "ide": "tests/e2e/test_c
           "sdk": "tests/e2e/test_clients_sdk.py"}
 CASSETTES = "cassettes"  # the record-and-replay cases of the agents' and IDE agents' files
 GOAL, SAME_TIME = 0.15, 0.10
-CASSETTE_GOAL = {"taalas": 0.20, "o3": 0.10}  # the replay's time against whatif's, by profile
+# The issue's goals, by replay profile: at 15,000 tok/s the agent's wall time (its process,
+# start to exit) within 20 % of the recording's time outside the model plus the profile's model
+# time; at o3 the replay's session time within 10 % of what `retimer whatif` predicted.
+CASSETTE_GOAL = {"taalas": 0.20, "o3": 0.10}
 
 
 def run_cases(suites: list[str], select: str | None, out: Path) -> int:
@@ -62,12 +67,21 @@ def run_cases(suites: list[str], select: str | None, out: Path) -> int:
 
 def within(row: dict[str, Any]) -> bool:
     if row["suite"] == CASSETTES:
-        return abs(row["replay_s"] - row["predicted_s"]) <= cassette_goal(row) * row["predicted_s"]
+        got, want = cassette_measure(row)
+        return abs(got - want) <= cassette_goal(row) * want
     return abs(row["grew_s"] - row["predicted_s"]) <= GOAL * row["predicted_s"]
 
 
 def cassette_goal(row: dict[str, Any]) -> float:
     return next(g for name, g in CASSETTE_GOAL.items() if row["profile"].startswith(name))
+
+
+def cassette_measure(row: dict[str, Any]) -> tuple[float, float]:
+    """(measured, predicted) as the row's goal compares them: the process's wall time at the
+    fastest profile, the session's time at o3 (see CASSETTE_GOAL)."""
+    if row["profile"].startswith("taalas"):
+        return row["wall_s"], row["predicted_wall_s"]
+    return row["replay_s"], row["predicted_s"]
 
 
 def cassette_table(rows: list[dict[str, Any]]) -> str:
@@ -104,9 +118,9 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
     misses = [f"{r['suite']} {r['client']} ({r['mode']}): grew {r['grew_s']:.3f}s, predicted "
               f"{r['predicted_s']:.3f}s" for r in rows
               if r["suite"] not in ("codex-transports", CASSETTES) and not within(r)]
-    misses += [f"cassette {r['client']} ({r['mode']}) at {r['profile']}: {r['replay_s']:.3f}s, "
-               f"whatif predicted {r['predicted_s']:.3f}s" for r in rows
-               if r["suite"] == CASSETTES and not within(r)]
+    misses += [f"cassette {r['client']} ({r['mode']}) at {r['profile']}: "
+               f"{cassette_measure(r)[0]:.3f}s, predicted {cassette_measure(r)[1]:.3f}s"
+               for r in rows if r["suite"] == CASSETTES and not within(r)]
     codex = {r["client"]: r["grew_s"] for r in rows if r["suite"] == "codex-transports"}
     if len(codex) == 2 and abs(codex["codex-ws"] - codex["codex-sse"]) > SAME_TIME * codex["codex-sse"]:
         misses.append(f"Codex grew {codex['codex-ws']:.3f}s over WebSocket, {codex['codex-sse']:.3f}s "
