@@ -515,3 +515,44 @@ def test_ten_participants_ride_out_a_stopped_and_a_hung_database(tmp_path: Path,
             10, 10, 20, 20), view
     assert views[0] == views[1]
     assert "stopped answering" in err and "answers again" in err and "Traceback" not in err
+
+
+def test_a_message_sent_into_a_hung_database_is_answered_once_it_resumes(
+        tmp_path: Path, fake: FakeLLM) -> None:
+    """The ten-participant run's stuck participants, step by step: a participant consents, the
+    database hangs, their message is refused (503: the state did not answer) while the page
+    resends it as it does (1 s, then 2 s later); once the database resumes, the resend is
+    answered, the turn ends done, and no turn is left waiting (a stale `pending` turn would
+    keep the page's Send disabled for good)."""
+    with Postgres() as server:
+        study = write_study(tmp_path)
+        proxy = Instance(tmp_path / "a", study, fake.url, server.url, tmp_path / "conf")
+        with proxy, httpx.Client(base_url=proxy.url, timeout=60) as c:
+            c.get("/study/?participant=P1")
+            assert c.post("/study/api/consent", json={}).status_code == 200
+            pids = server.hang()
+            hung = time.monotonic()
+            tries: list[tuple[float, int]] = []
+            try:
+                for pause in (0.0, 1.0, 2.0):  # the page's back-off between its sends
+                    time.sleep(pause)
+                    sent = c.post("/study/api/chat", json={"text": "What should I cook?"})
+                    tries.append((time.monotonic() - hung, sent.status_code))
+                    if sent.status_code == 200 or time.monotonic() - hung > 8:
+                        break
+            finally:
+                time.sleep(max(0.0, hung + 8 - time.monotonic()))
+                server.resume(pids)
+            answer = None
+            for _ in range(6):  # the page goes on resending after the hang, 4 s apart at most
+                if tries[-1][1] == 200:
+                    break
+                answer = c.post("/study/api/chat", json={"text": "What should I cook?"})
+                tries.append((time.monotonic() - hung, answer.status_code))
+                if answer.status_code != 200:
+                    time.sleep(4)
+            state = c.get("/study/api/state").json()
+    assert tries[0][1] == 503, tries  # refused while the database hung
+    assert tries[-1][1] == 200, tries  # answered once it was back
+    assert [t["status"] for t in state["turns"]][-1] == "done", state["turns"]
+    assert "pending" not in [t["status"] for t in state["turns"]], state["turns"]

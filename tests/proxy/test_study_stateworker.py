@@ -201,3 +201,26 @@ def test_a_result_committed_after_its_caller_left_is_taken_back_first(shared: Sh
     assert asyncio.run(go()) == 7
     assert order == ["undo 0", "retry"] and worker.undone == 1
     worker.close()
+
+
+def test_a_result_that_came_as_the_wait_ran_out_is_the_callers(shared: SharedState) -> None:
+    """The other side of that race: the job commits and answers just before the caller's wait
+    runs out, but the loop, busy, only gets to both at once, the timeout first. The caller gets
+    the committed result, not a 503: a 503 for a turn the state holds, with no `undo` to come
+    (the job had seen its caller waiting), left that turn `pending` for good."""
+    worker = StateWorker(shared.db)
+    undone: list[int] = []
+
+    def job() -> int:
+        with shared.transaction():
+            return shared.next_request("P1")
+
+    async def go() -> int:
+        # the loop held past the caller's deadline while the job finishes on its thread: its
+        # answer and the wait's timeout are both due when the loop runs again
+        asyncio.get_running_loop().call_soon(time.sleep, 0.5)
+        return await worker.call(job, "a position", wait=0.2, undo=undone.append)
+
+    assert asyncio.run(go()) == 0
+    worker.close()
+    assert undone == [] and shared.next_request("P1") == 1  # taken once, and kept

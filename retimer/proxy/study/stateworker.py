@@ -55,6 +55,10 @@ class _Job:
     abandoned: bool = False
     attempts: int = field(default=0)
     undo: Callable[[Any], object] | None = None  # for a result committed after its caller left
+    # the caller's giving up and the thread's answering, one at a time: either the answer is
+    # given first (the caller takes it, however late its loop sees it) or the caller gives up
+    # first (the thread undoes what it committed)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class StateWorker:
@@ -81,7 +85,8 @@ class StateWorker:
         """`job()`'s result, run on the state's thread; `StateUnavailable` after `wait` seconds
         (the job then changes nothing). One race is left: a COMMIT the database held (a hung
         server) and took after the caller stopped waiting; then `undo(result)` runs, before
-        any job given since (the caller's retry among them)."""
+        any job given since (the caller's retry among them). A result given before the caller
+        stopped waiting is the caller's, even when its loop sees the timeout first."""
         if self.db is None:
             return job()
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
@@ -90,7 +95,11 @@ class StateWorker:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), wait)
         except TimeoutError:
-            item.abandoned = True
+            with item.lock:
+                answered = future.done() and not future.cancelled()
+                item.abandoned = not answered
+            if answered:  # it came as the wait ran out, before the loop saw it: it stands
+                return future.result()
             self.abandoned += 1
             raise StateUnavailable(f"{self._shown}: no answer within {wait:g} s") from None
 
@@ -181,10 +190,12 @@ class StateWorker:
             self._answered()
             if job.attempts and future is None:
                 self.kept_late += 1
-            if job.abandoned and job.undo is not None:
-                self._undo(job, result)
-            elif future is not None:
-                future.set_result(result)
+            with job.lock:
+                if job.abandoned:
+                    if job.undo is not None:
+                        self._undo(job, result)
+                elif future is not None:
+                    future.set_result(result)
             return
 
     def _undo(self, job: _Job, result: object) -> None:
