@@ -777,9 +777,10 @@ def test_a_staircase_on_the_study_page(tmp_path: Path, fake: FakeLLM) -> None:
     assert [s["unit"] for s in streams] == [0, 1, 2, 3, 4]
     assert [s["level"] for s in streams] == walked == [400, 800, 1600, 800, 1600]
     assert [s["condition"] for s in streams] == [f"ttft-{v:g}ms" for v in walked]
-    # each unit waited its own level: never sooner, and (levels double) short of the next one
-    # with room for a loaded machine's lateness (a quiet one keeps it within tens of ms)
-    assert all(s["level"] - 2 <= s["emitted"]["ttft_ms"] < 1.45 * s["level"] for s in streams), [
+    # each unit waited its own level: never sooner, and (levels double) short of the next one;
+    # a quiet machine keeps it within tens of ms, an overloaded one (a hog and three heavy test
+    # processes on 2 cores) had the first unit 252 ms late: what is held is which level it got
+    assert all(s["level"] - 2 <= s["emitted"]["ttft_ms"] < 2 * s["level"] for s in streams), [
         (s["level"], s["emitted"]["ttft_ms"]) for s in streams]
 
 
