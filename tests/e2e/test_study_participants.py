@@ -388,4 +388,10 @@ def test_a_study_replays_a_cassette_to_every_participant_at_their_condition(
     assert [[r["condition"] for r in records if r["participant"] == p] for p in expected] == list(
         expected.values())
     fastest = [r for r in records if r["condition"] == "taalas"]
-    assert fastest and all(r["target"]["tps"] == 17000.0 and not r["upstream_bound"] for r in fastest)
+    assert fastest and all(r["target"]["tps"] == 17000.0 for r in fastest)
+    # feasible from the cassette: the recorded reply arrives whole, so a stream is upstream-bound
+    # only when the local replay's first byte came after the TTFT (a loaded machine: a CI run
+    # had the replay proxy's first call answered in 389 ms, the others in 8-16 ms)
+    assert all(r["upstream_bound"] == (r["upstream"]["ttft_ms"] > r["target"]["ttft_ms"])
+               for r in fastest), [(r["upstream"]["ttft_ms"], r["upstream_bound"]) for r in fastest]
+    assert any(not r["upstream_bound"] for r in fastest)
