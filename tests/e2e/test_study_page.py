@@ -495,7 +495,9 @@ def test_the_documented_front_end_adds_no_bunching(tmp_path: Path, fake: FakeLLM
     assert other.status_code == 404
     (first_through, reads_through), (first_direct, reads_direct) = through, direct
     assert _bursts(reads_direct) >= 10  # the reply came in many paced pieces
-    assert _bursts(reads_through) >= _bursts(reads_direct) - 1, (reads_through, reads_direct)
+    # a buffering front end merges most of the reply's pieces; a loaded machine can let a late
+    # piece fall within 40 ms of the next (a CI run: 28 pauses through it, 32 straight)
+    assert _bursts(reads_through) >= 0.8 * _bursts(reads_direct), (reads_through, reads_direct)
     assert abs(first_through - first_direct) < 0.2  # the TLS hop adds no wait worth a pause
     assert abs(reads_through[-1] - reads_direct[-1]) < 0.3
 
