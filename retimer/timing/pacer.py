@@ -331,8 +331,10 @@ class StreamPacer(EventGrouper):
 
     # -- output --------------------------------------------------------------------------
     def next_due(self) -> float | None:
-        self._pump(float("-inf"), queued=True)
-        return self._outbox.next_due()
+        outbox = self._outbox
+        if not outbox.pending:  # else the head of the queue is due first, whatever is parsed next
+            self._pump(float("-inf"), queued=True)
+        return outbox.next_due()
 
     def pop_due(self, until: float) -> list[Emission]:
         """Every emission due at or before `until`, in order.

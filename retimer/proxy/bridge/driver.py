@@ -190,7 +190,8 @@ class StreamDriver(Driver):
     def _wake(self, stream: HttpStream, sink: ClientSink) -> Step:
         """One wake, either way: the playout's step at this moment, its bytes to `sink`."""
         playout = self.playout
-        step = playout.step(time.monotonic(), min(self.wakeups.values(), default=None))
+        wakeups = self.wakeups
+        step = playout.step(time.monotonic(), min(wakeups.values()) if wakeups else None)
         if playout.warnings:
             self._log_warnings(stream)
         if step.data:
