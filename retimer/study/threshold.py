@@ -8,9 +8,9 @@ or rate of the unit's first stream (`emitted`), else its level. A unit the upstr
 
 Per participant, a logistic psychometric function of the log stimulus, slow ~ log(x), fitted by
 maximum likelihood (statsmodels' binomial GLM); the threshold is where it crosses the share of
-"slow" the rule converges on (50 % for 1-down/1-up), with a 95 % interval by a parametric
-bootstrap (retimer.study.psychometric), never narrower than half a level's step either side
-(the grid's resolution).
+"slow" the rule converges on (50 % for 1-down/1-up), with a 95 % interval from the profile of
+the penalised likelihood (retimer.study.psychometric), never narrower than half a level's step
+either side (the grid's resolution); an end the answers do not bound is 0 or infinity.
 When the answers separate (every "slow" at a slower stimulus than every "not slow"), the slope
 has no bound: the threshold is the middle of the gap, its interval the gap and half a step more
 either side. When that cannot be fitted (the answers do not overlap, or the slope has the
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from retimer.records.parse import number
 from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.study.analysis_data import AnalysisError
-from retimer.study.psychometric import bootstrap_interval, group_median
+from retimer.study.psychometric import group_median, profile_interval
 from retimer.study.staircase import Answer, StaircaseSettings, parse_description
 
 __all__ = ["Fitted", "Thresholds", "Trial", "collect_trials", "fit_thresholds", "staircase_of",
@@ -226,11 +226,10 @@ def _fit_one(participant: str, trials: Sequence[Trial], target: float, vary: str
     low, high = min(x), max(x)
     if not low - 0.5 <= log_t <= high + 0.5:
         return by_reversals("the fitted threshold lies outside the levels given: reversal estimate")
-    seed = sum(ord(ch) * 31 ** i for i, ch in enumerate(participant)) % 2**32  # reproducible
-    boot = bootstrap_interval([t.stimulus for t in trials], b0, b1, target, sign, seed)
+    found = profile_interval([t.stimulus for t in trials], answers, target, sign)
     # answers that flip within one level give a steep slope and a tight interval that the
     # grid cannot resolve: the interval is at least half a level's step either side
-    ci = (min(boot[0], math.exp(log_t - half)), max(boot[1], math.exp(log_t + half)))
+    ci = (min(found[0], math.exp(log_t - half)), max(found[1], math.exp(log_t + half)))
     return Fitted(participant, len(trials), share, math.exp(log_t), ci, b1,
                   "psychometric fit", len(reversals))
 

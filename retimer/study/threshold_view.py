@@ -34,6 +34,24 @@ def _end(value: float, t: Thresholds) -> str:
     return _v(value)
 
 
+def _interval(ci: tuple[float, float] | None) -> str:
+    """A participant's interval; an end the answers do not bound (0 or infinity) is left open:
+    ">420" (420 or more), "<1800", "any"."""
+    if ci is None:
+        return "-"
+    low, high = (None if v == 0 or math.isinf(v) else v for v in ci)
+    if low is None and high is None:
+        return "any"
+    if low is None:
+        return f"<{_v(high)}"
+    return f">{_v(low)}" if high is None else f"{_v(low)}-{_v(high)}"
+
+
+def _finite(ci: tuple[float, float] | None) -> list[float | None] | None:
+    """An interval for JSON: an end the data do not bound is null."""
+    return [None if v == 0 or math.isinf(v) else v for v in ci] if ci else None
+
+
 def _beyond(t: Thresholds) -> str:
     faster = sum(1 for p in t.censored if p.censored == "faster")
     slower = len(t.censored) - faster
@@ -73,13 +91,15 @@ def threshold_lines(t: Thresholds) -> list[str]:
              f"{'participant':<12} {'answers':>7} {'slow':>5} {'threshold':>10} "
              f"{'95 % CI':>15} {'slope':>6}  method"]
     for p in t.people:
-        ci = f"{_v(p.ci[0])}-{_v(p.ci[1])}" if p.ci else "-"
+        ci = _interval(p.ci)
         slope = f"{p.slope:.1f}" if p.slope is not None else "-"
         lines.append(f"{p.participant[:12]:<12} {p.trials:>7} {p.slow_share:>5.0%} "
                      f"{_v(p.threshold):>10} {ci:>15} {slope:>6}  {p.method}"
                      + (f" ({p.note})" if p.note else ""))
+    open_ended = any(p.ci and _interval(p.ci)[0] in "<>a" for p in t.people)
     lines.append(f"(thresholds in {t.unit}; a psychometric fit is logistic in the log of the "
-                 "delivered stimulus)")
+                 "delivered stimulus" + ("; >x or <x: the answers bound that interval on one "
+                                         "side only" if open_ended else "") + ")")
     if t.excluded:
         lines += ["", "left out: " + "; ".join(f"{n} {reason}" for reason, n in
                                                sorted(t.excluded.items()))]
@@ -89,7 +109,7 @@ def threshold_lines(t: Thresholds) -> list[str]:
 
 def _fitted_json(p: Fitted) -> dict[str, object]:
     return {"participant": p.participant, "answers": p.trials, "slow_share": p.slow_share,
-            "threshold": p.threshold, "ci": list(p.ci) if p.ci else None, "slope": p.slope,
+            "threshold": p.threshold, "ci": _finite(p.ci), "slope": p.slope,
             "method": p.method, "reversals": p.reversals, "note": p.note,
             "censored": p.censored or None}
 
@@ -98,8 +118,7 @@ def threshold_json(t: Thresholds) -> dict[str, object]:
     return {"study": t.study, "design": "staircase", "vary": t.vary, "unit": t.unit,
             "target": t.target, "summary": threshold_summary(t),
             "group": {"threshold": t.group, "estimate": "median",
-                      "ci": [None if v == 0 or math.isinf(v) else v for v in t.group_ci]
-                      if t.group_ci else None,
+                      "ci": _finite(t.group_ci),
                       "participants": t.counted, "estimated": len(t.estimated),
                       "beyond_fastest": sum(1 for p in t.censored if p.censored == "faster"),
                       "beyond_slowest": sum(1 for p in t.censored if p.censored == "slower")},
@@ -109,7 +128,7 @@ def threshold_json(t: Thresholds) -> dict[str, object]:
 
 def _scale(t: Thresholds) -> tuple[float, float]:
     values = [x.level for x in t.trials] + [p.threshold for p in t.estimated if p.threshold] + \
-        [v for p in t.people if p.ci for v in p.ci] + [v for v in t.group_ci or () if 0 < v < math.inf]
+        [v for ci in (*(p.ci for p in t.people), t.group_ci) if ci for v in ci if 0 < v < math.inf]
     return math.log(min(values)) - 0.1, math.log(max(values)) + 0.1
 
 

@@ -299,10 +299,9 @@ def test_participants_beyond_the_levels_count_in_the_headline_and_json() -> None
 
 
 def test_a_shallow_observers_interval_covers_their_threshold() -> None:
-    """The delta method covered 78-84 % for shallow psychometric functions; the parametric
-    bootstrap's interval holds the true threshold of 150 (seeded) shallow participants with a
-    delivered TTFT that varies 3 % about 89 % of the time: better, not yet the 95 % it says
-    (the bootstrap redraws answers at the stimuli given, not the adaptive walk)."""
+    """The delta method covered 78-84 % for shallow psychometric functions, a parametric
+    bootstrap from the fit 89 % of these 150 (seeded) shallow participants with a delivered
+    TTFT that varies 3 %; the penalised profile likelihood's interval holds 96 %."""
     s = parse_staircase({"vary": "ttft", "levels": {"from": "50ms", "to": "6.4s", "count": 22}},
                         ["speed"], {})
     truth = [300.0, 450.0, 600.0, 800.0, 1000.0]
@@ -315,7 +314,7 @@ def test_a_shallow_observers_interval_covers_their_threshold() -> None:
             if p.ci is not None and p.method == "psychometric fit":
                 total += 1
                 covered += p.ci[0] <= t <= p.ci[1]
-    assert total >= 120 and 0.86 <= covered / total <= 0.995, (covered, total)
+    assert total >= 120 and 0.92 <= covered / total <= 0.99, (covered, total)
 
 
 def test_a_staircase_log_without_answers_is_one_line(tmp_path: Path) -> None:
