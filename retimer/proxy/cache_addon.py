@@ -40,7 +40,7 @@ from retimer.cache.entry import CacheEntry, cache_key, new_entry
 from retimer.cache.store import CacheStore
 from retimer.proxy.flows import destination_host, destination_url, request_body
 from retimer.proxy.hooks import CACHE_ENTRY_KEY, CACHE_KEY, CACHE_TOKEN_KEY, STREAM_KEY, StreamHandle
-from retimer.proxy.loopback import REPLAY_HEADER, LoopbackServer, Redirect
+from retimer.proxy.loopback import LoopbackReplay, Redirect
 from retimer.records.schema import StreamRecord
 
 logger = logging.getLogger("retimer")
@@ -51,36 +51,24 @@ class Hit:
     entry: CacheEntry
 
 
-class ReplayServer(LoopbackServer):
+class ReplayServer(LoopbackReplay[Hit]):
     """HTTP/1.1 on 127.0.0.1 (random port) answering each expected token with its entry."""
+
+    token_key = CACHE_TOKEN_KEY
 
     def __init__(self) -> None:
         super().__init__()
-        self.pending: dict[str, Hit] = {}
         self.served = 0
-
-    def stop(self) -> None:
-        super().stop()
-        self.pending.clear()
 
     def serve(self, flow: http.HTTPFlow, entry: CacheEntry) -> None:
         """Point `flow` at this server, which answers it with `entry`; the request is put
         back as the client sent it when the server reads it (`Redirect.restore`)."""
-        redirect = Redirect.to(flow, self.port, CACHE_TOKEN_KEY)
+        redirect = self.point(flow)
         self.pending[redirect.token] = Hit(redirect, entry)
-
-    def forget(self, flow: http.HTTPFlow) -> bool:
-        """A flow pointed here failed before it was served: put its request back (True)."""
-        token = flow.metadata.get(CACHE_TOKEN_KEY)
-        if not token or token not in self.pending:
-            return False
-        self.pending.pop(token).redirect.restore()
-        return True
 
     def _answer(self, hit: Hit | None) -> tuple[h11.Response, bytes]:
         """The response for one request: its entry, or an error that closes the connection."""
         if hit is not None:
-            hit.redirect.restore()  # before any byte of the response: responseheaders sees the original
             entry = hit.entry
             try:
                 head = h11.Response(
@@ -99,8 +87,7 @@ class ReplayServer(LoopbackServer):
         return head, body
 
     async def respond(self, request: h11.Request, conn: h11.Connection, writer: asyncio.StreamWriter) -> None:
-        token = next((v.decode("latin-1") for k, v in request.headers if k == REPLAY_HEADER.encode()), "")
-        head, body = self._answer(self.pending.pop(token, None) if token else None)
+        head, body = self._answer(self.claim(list(request.headers)))
         data = conn.send(head) or b""
         if body:
             data += conn.send(h11.Data(data=body)) or b""

@@ -35,7 +35,7 @@ from mitmproxy import http
 from OpenSSL import SSL, crypto
 
 from retimer.cache.entry import CacheEntry
-from retimer.proxy.loopback import REPLAY_HEADER, Redirect
+from retimer.proxy.loopback import LoopbackReplay, Redirect
 
 __all__ = ["H2ReplayServer"]
 
@@ -66,48 +66,38 @@ class _Connection:
     answers: dict[int, _Answer] = field(default_factory=dict)
 
 
-class H2ReplayServer:
+class H2ReplayServer(LoopbackReplay[H2Hit]):
     """HTTP/2 over TLS on 127.0.0.1 (random port) answering each expected token with its
     recorded response and trailers."""
 
+    token_key = H2_TOKEN_KEY
+
     def __init__(self) -> None:
-        self.port = 0
-        self.pending: dict[str, H2Hit] = {}
+        super().__init__()
         self.served = 0
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
         self._cert_der = b""
-        self._dir: Path | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix="retimer-h2-"))  # owner-only (0700)
-        cert, key = _self_signed()
-        self._cert_der = cert.public_bytes(serialization.Encoding.DER)
-        (self._dir / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        (self._dir / "key.pem").write_bytes(key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption()))
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self._dir / "cert.pem", self._dir / "key.pem")
-        context.set_alpn_protocols(["h2"])
-        shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the key stays in memory only
-        self._dir = None
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=context)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-        self.pending.clear()
+    def tls_context(self) -> ssl.SSLContext:
+        """A certificate of its own, made at each start; ALPN h2."""
+        folder = Path(tempfile.mkdtemp(prefix="retimer-h2-"))  # owner-only (0700)
+        try:
+            cert, key = _self_signed()
+            self._cert_der = cert.public_bytes(serialization.Encoding.DER)
+            (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+            (folder / "key.pem").write_bytes(key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption()))
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+            context.set_alpn_protocols(["h2"])
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)  # loaded: the key stays in memory only
+        return context
 
     def is_me(self, address: tuple[str, int] | None) -> bool:
         """Whether a server connection's address is this server's."""
-        return self._server is not None and address is not None and \
+        return self.running and address is not None and \
             (address[0], address[1]) == ("127.0.0.1", self.port)
 
     def pinned_context(self, alpn: list[bytes]) -> SSL.Connection:
@@ -130,20 +120,11 @@ class H2ReplayServer:
     # -- the flows ---------------------------------------------------------------------------
     def serve(self, flow: http.HTTPFlow, entry: CacheEntry, trailers: list[tuple[str, str]]) -> None:
         """Point `flow` at this server, which answers it with `entry` and `trailers`."""
-        redirect = Redirect.to(flow, self.port, H2_TOKEN_KEY, scheme=b"https")
+        redirect = self.point(flow, scheme=b"https")
         self.pending[redirect.token] = H2Hit(redirect, entry, trailers)
 
-    def forget(self, flow: http.HTTPFlow) -> bool:
-        """A flow pointed here failed before it was served: put its request back (True)."""
-        token = flow.metadata.get(H2_TOKEN_KEY)
-        if not token or token not in self.pending:
-            return False
-        self.pending.pop(token).redirect.restore()
-        return True
-
     # -- HTTP/2 ------------------------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
+    async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = _Connection(h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=False, header_encoding=None)))
         conn.h2.initiate_connection()
@@ -158,9 +139,6 @@ class H2ReplayServer:
         except (h2.exceptions.ProtocolError, ConnectionError, ssl.SSLError) as e:
             logger.debug(f"retimer: cassette HTTP/2 replay: {e!r}")
             writer.transport.abort()
-        finally:
-            self._writers.discard(writer)
-            writer.close()
 
     def _event(self, conn: _Connection, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived) and event.stream_id is not None:
@@ -173,13 +151,11 @@ class H2ReplayServer:
             conn.answers.pop(event.stream_id, None)
 
     def _answer(self, conn: _Connection, stream_id: int, headers: list[tuple[bytes, bytes]]) -> None:
-        token = next((v.decode("latin-1") for k, v in headers if k == REPLAY_HEADER.encode()), "")
-        hit = self.pending.pop(token, None) if token else None
+        hit = self.claim(headers)
         if hit is None:
             conn.h2.send_headers(stream_id, [(":status", "404"), ("content-length", "0")],
                                  end_stream=True)
             return
-        hit.redirect.restore()  # before any byte of the answer: responseheaders sees the original
         entry = hit.entry
         conn.h2.send_headers(stream_id, [(":status", str(entry.status)),
                                          *((k.lower(), v) for k, v in entry.headers)])

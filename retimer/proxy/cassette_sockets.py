@@ -37,7 +37,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from retimer.cassette.format import UpstreamTiming
-from retimer.proxy.loopback import REPLAY_HEADER, LoopbackServer, Redirect
+from retimer.proxy.loopback import LoopbackReplay, Redirect
 from retimer.wire.protocols.websocket import encode_message
 
 __all__ = ["FinishedTurn", "ReplayedSocket", "SocketRecording", "SocketReplayServer"]
@@ -109,30 +109,16 @@ class ReplayedSocket:
     told: int = 0  # client messages seen (the next one opens turn told + 1)
 
 
-class SocketReplayServer(LoopbackServer):
+class SocketReplayServer(LoopbackReplay[ReplayedSocket]):
     """WebSocket (wsproto) on 127.0.0.1, one `ReplayedSocket` per expected token."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.pending: dict[str, ReplayedSocket] = {}
-
-    def stop(self) -> None:
-        super().stop()
-        self.pending.clear()
+    token_key = SOCKET_TOKEN_KEY
 
     def serve(self, flow: http.HTTPFlow, first: Messages) -> ReplayedSocket:
         """Point the handshake of `flow` at this server; `first` goes out once it is accepted."""
-        socket = ReplayedSocket(Redirect.to(flow, self.port, SOCKET_TOKEN_KEY), first)
+        socket = ReplayedSocket(self.point(flow), first)
         self.pending[socket.redirect.token] = socket
         return socket
-
-    def forget(self, flow: http.HTTPFlow) -> bool:
-        """A handshake pointed here failed before it was served: put it back (True)."""
-        token = flow.metadata.get(SOCKET_TOKEN_KEY)
-        if not token or token not in self.pending:
-            return False
-        self.pending.pop(token).redirect.restore()
-        return True
 
     async def serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         ws = WSConnection(ConnectionType.SERVER)
@@ -161,13 +147,10 @@ class SocketReplayServer(LoopbackServer):
 
     def _accept(self, ws: WSConnection, request: Request, writer: asyncio.StreamWriter
                 ) -> ReplayedSocket | None:
-        token = next((v.decode("latin-1") for k, v in request.extra_headers
-                      if k.lower() == REPLAY_HEADER.encode()), "")
-        socket = self.pending.pop(token, None) if token else None
+        socket = self.claim(list(request.extra_headers))  # put back before the 101
         if socket is None:
             writer.write(ws.send(RejectConnection(status_code=404)))
             return None
-        socket.redirect.restore()  # before the 101: websocket_start sees the request as sent
         writer.write(ws.send(AcceptConnection()))
         _send(ws, writer, socket.first)
         return socket

@@ -1,8 +1,9 @@
 """Small servers on loopback (asyncio, a random port on 127.0.0.1): the response cache's and
 the cassettes' replay servers and `retimer demo`'s content server. What they share is here:
-listening, keep-alive, reading a whole HTTP/1.1 request (h11), aborting every connection on
-stop, and pointing a flow at such a server and back (`Redirect`); each says only how it
-answers a request (`respond`), or a WebSocket server how it serves a connection
+listening (plain or TLS), keep-alive, reading a whole HTTP/1.1 request (h11), aborting every
+connection on stop, and pointing a flow at such a server and back (`Redirect`, and a replay
+server's table of the flows pointed at it, `ReplayServer`); each says only how it answers a
+request (`respond`), or a WebSocket or HTTP/2 server how it serves a connection
 (`serve_connection`).
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import ssl
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import h11
 
@@ -67,8 +69,12 @@ class LoopbackServer:
         self._writers: set[asyncio.StreamWriter] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls_context())
         self.port = self._server.sockets[0].getsockname()[1]
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The TLS a server speaks (None: plain TCP)."""
+        return None
 
     def stop(self) -> None:
         if self._server is not None:
@@ -108,6 +114,55 @@ class LoopbackServer:
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError):
             writer.transport.abort()
+
+
+class Redirected(Protocol):
+    """What a replay server keeps for a flow pointed at it: at least the way back."""
+
+    @property
+    def redirect(self) -> Redirect: ...
+
+
+class LoopbackReplay[T: Redirected](LoopbackServer):
+    """A loopback server that answers the flows pointed at it, each found by its token
+    (REPLAY_HEADER) in `pending` with what answers it (a `T`). The flow's token is also kept
+    under `token_key` in its metadata, so a flow that fails before it is served can be put
+    back (`forget`)."""
+
+    token_key = ""  # flow.metadata's key for this server's token, one per server class
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pending: dict[str, T] = {}
+
+    def stop(self) -> None:
+        super().stop()
+        self.pending.clear()
+
+    def point(self, flow: http.HTTPFlow, scheme: bytes = b"http") -> Redirect:
+        """Point `flow` at this server; the caller files what answers it under the token."""
+        return Redirect.to(flow, self.port, self.token_key, scheme)
+
+    def forget(self, flow: http.HTTPFlow) -> bool:
+        """A flow pointed here failed before it was served: put its request back (True)."""
+        token = flow.metadata.get(self.token_key)
+        if not token or token not in self.pending:
+            return False
+        self.pending.pop(token).redirect.restore()
+        return True
+
+    def claim(self, headers: list[tuple[bytes, bytes]]) -> T | None:
+        """What answers the request with these headers (None: no token, or not one of ours),
+        its request put back as the client sent it, before any byte of the answer, so the
+        proxy's responseheaders sees the original."""
+        token = next((v.decode("latin-1") for k, v in headers if k.lower() == _REPLAY_KEY), "")
+        found = self.pending.pop(token, None) if token else None
+        if found is not None:
+            found.redirect.restore()
+        return found
+
+
+_REPLAY_KEY = REPLAY_HEADER.encode()
 
 
 async def read_request(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
