@@ -455,6 +455,8 @@ def test_split_lazily_gives_the_bytes_of_split_one_piece_at_a_time() -> None:
     made: list[str] = []
 
     class Counting(OpenAIChatAdapter):
+        template_pieces = False  # each piece through `piece`, to count them
+
         def piece(self, target: Any, piece: str, *, first: bool, last: bool) -> dict[str, Any]:
             made.append(piece)
             return super().piece(target, piece, first=first, last=last)

@@ -31,6 +31,8 @@ _DELTA_FIELDS: dict[str, tuple[str, Channel]] = {
 class AnthropicMessagesAdapter(SSEJSONAdapter):
     """Adapter for the Messages API event stream (also Claude Code and the SDKs' beta paths)."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "anthropic-messages"
 
     @classmethod

@@ -146,6 +146,8 @@ def _insert(original: dict[str, Any], picked: dict[str, Any], key: str, value: A
 class GeminiSSEAdapter(SSEJSONAdapter):
     """Adapter for `models/*:streamGenerateContent?alt=sse` (Gemini API, Vertex AI)."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "gemini-sse"
 
     def __init__(self) -> None:

@@ -76,6 +76,8 @@ class _Scan:
 class OpenAIChatAdapter(SSEJSONAdapter):
     """Adapter for `POST .../chat/completions` with `stream: true`."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "openai-chat"
 
     def __init__(self) -> None:

@@ -8,9 +8,10 @@ the pieces as SSE events with the original event name, line ending, `id` and `re
 from __future__ import annotations
 
 import json
+import re
 from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
@@ -26,8 +27,15 @@ _ERROR_TYPES = ("error", "response.failed")
 class SSEJSONAdapter(Adapter):
     """Base class of adapters for `data: {json}` event streams."""
 
+    # `piece` is a pure function of its arguments that puts the piece's text where the text
+    # goes (and at its mirrors) and nowhere else: a split event's pieces may then be written
+    # from a template of the event's shape (`PieceTemplates`), to the byte what `piece` and
+    # `dumps` would write. An adapter whose pieces count or keep state leaves this False.
+    template_pieces: ClassVar[bool] = False
+
     def __init__(self) -> None:
         self._parser = SSEParser()
+        self._templates = PieceTemplates()
 
     def feed(self, data: bytes) -> list[Event]:
         """Parse more upstream bytes into events."""
@@ -87,15 +95,101 @@ class SSEJSONAdapter(Adapter):
             return
         sse = target.frame
         last = len(pieces) - 1
+        shape = self._templates.shape(target) if self.template_pieces else None
         for i, piece in enumerate(pieces):
-            data = format_event(
-                sse.event,
-                dumps(self.piece(target, piece, first=i == 0, last=i == last)),
-                sse.newline,
-                event_id=sse.id if i == last else None,
-                retry=sse.retry if i == 0 else None,
-            )
-            yield sse.preamble + data if i == 0 else data
+            first, final = i == 0, i == last
+            data = None
+            if shape is not None:
+                data = self._templates.fill(shape, first, final, piece, self._piece_event, target)
+            if data is None:
+                data = self._piece_event(target, piece, first, final)
+            yield sse.preamble + data if first else data
+
+    def _piece_event(self, target: JSONTarget[SSEEvent], piece: str, first: bool, last: bool) -> bytes:
+        """One piece as an SSE event: its JSON, the original's name and line ending, `retry`
+        on the first piece and `id` on the last."""
+        sse = target.frame
+        return format_event(sse.event, dumps(self.piece(target, piece, first=first, last=last)),
+                            sse.newline, event_id=sse.id if last else None,
+                            retry=sse.retry if first else None)
+
+
+# A piece whose text is this marks where the text goes in a template; no JSON string holds
+# NUL characters unescaped, and an event that holds the marker's text is never templated.
+_SENTINEL = "\x00retimer-piece\x00"
+_SENTINEL_JSON = json.encoder.encode_basestring(_SENTINEL)[1:-1].encode()
+_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+Shape = tuple[object, ...]
+
+
+class PieceTemplates:
+    """The pieces of split events written from templates, one per event shape and kind of
+    piece (first, middle, last), made from `piece` with a marker for the text and kept per
+    stream: consecutive events of a stream mostly differ only in their text.
+
+    An event's shape is its raw JSON around the text's encoding, when that encoding occurs
+    once. Two events of one shape are then the same object but for the text at the same place
+    (had the match been elsewhere, the rest, the text's place included, is equal: so are the
+    texts), so a template made from one writes the other's pieces exactly: JSON encodes a
+    string the same wherever it stands. Anything else (the text not found or found twice, the
+    marker in the event, a piece that cannot be UTF-8, a template that needed ASCII escapes)
+    goes the ordinary way."""
+
+    __slots__ = ("_made",)
+
+    MAX_SHAPES = 16  # per stream; past it, the templates start afresh
+
+    def __init__(self) -> None:
+        self._made: dict[tuple[Shape, bool, bool], list[bytes] | None] = {}
+
+    def shape(self, target: JSONTarget[SSEEvent]) -> Shape | None:
+        """The event's shape (None: it cannot be templated)."""
+        sse = target.frame
+        data, text = sse.data, _value_at(target.obj, target.path)
+        if data is None or not isinstance(text, str) or "retimer-piece" in data \
+                or _SURROGATE.search(data):
+            return None  # a lone surrogate would make dumps write the event in ASCII escapes
+        encoded = json.encoder.encode_basestring(text)
+        if data.count(encoded) != 1:
+            return None
+        head, _, tail = data.partition(encoded)
+        return (head, tail, target.path, target.mirrors, sse.event, sse.newline, sse.id, sse.retry)
+
+    def fill(self, shape: Shape, first: bool, last: bool, piece: str,
+             make: Callable[[JSONTarget[SSEEvent], str, bool, bool], bytes],
+             target: JSONTarget[SSEEvent]) -> bytes | None:
+        """The piece's bytes from its template (the first time, made by `make`, which writes
+        a piece of `target` the ordinary way, with the marker for its text); None: write it
+        the ordinary way."""
+        key = (shape, first, last)
+        if key not in self._made:
+            if len(self._made) >= self.MAX_SHAPES:
+                self._made.clear()
+            self._made[key] = _template(make(target, _SENTINEL, first, last))
+        parts = self._made[key]
+        if parts is None:
+            return None
+        try:
+            text = json.encoder.encode_basestring(piece)[1:-1].encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: dumps writes the whole event in ASCII
+            return None
+        return text.join(parts)
+
+
+def _template(rendered: bytes) -> list[bytes] | None:
+    """The parts of a piece rendered with the marker, around each of its places (None: the
+    marker is nowhere)."""
+    parts = rendered.split(_SENTINEL_JSON)
+    return parts if len(parts) > 1 else None
+
+
+def _value_at(obj: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        try:
+            obj = obj[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return obj
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
