@@ -133,6 +133,8 @@ _LEGACY_TEXT: JSONPath = ("message", "content", "parts", 0)
 class ChatGPTWebAdapter(SSEJSONAdapter):
     """Adapter for the ChatGPT web app's conversation stream (v1 deltas or legacy frames)."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "chatgpt-web"
 
     def __init__(self) -> None:

@@ -45,6 +45,8 @@ _LAST_ONLY = ("logprobs",)
 class CohereChatAdapter(SSEJSONAdapter):
     """Adapter for Cohere's v2 chat event stream."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "cohere-chat"
 
     @classmethod

@@ -65,6 +65,8 @@ Texts = list[tuple[Channel, str]]
 class DeepSeekWebAdapter(SSEJSONAdapter):
     """Adapter for the DeepSeek web app's patch stream; tracks sticky path/op and fragments."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "deepseek-web"
 
     def __init__(self) -> None:

@@ -44,6 +44,8 @@ _RESUME = re.compile(r"/interactions/[^/]+\Z")
 class GeminiInteractionsAdapter(SSEJSONAdapter):
     """Adapter for the Interactions API event stream (Gemini API and Vertex AI)."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "gemini-interactions"
 
     @classmethod

@@ -37,6 +37,8 @@ _PLAIN_KEYS = frozenset({"delta_content", "phase"})
 class ZaiWebAdapter(SSEJSONAdapter):
     """Adapter for the chat.z.ai web app's completion stream."""
 
+    template_pieces: ClassVar[bool] = True  # piece() is pure: see SSEJSONAdapter
+
     name: ClassVar[str] = "zai-web"
 
     @classmethod
