@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from retimer.wire.protocols.base import Channel, Event, RequestShape, text_field
-from retimer.wire.protocols.jsontarget import JSONTarget
+from retimer.wire.protocols.jsontarget import JSONTarget, value_at
 from retimer.wire.protocols.sse_json import SSEJSONAdapter, posts_event_stream
 from retimer.wire.sse import SSEEvent
 
@@ -64,7 +64,7 @@ class CohereChatAdapter(SSEJSONAdapter):
         texts: list[tuple[Channel, str]] = []
         target: JSONTarget[SSEEvent] | None = None
         for path, channel in specs:
-            value = _get(message, path)
+            value = value_at(message, path)
             if isinstance(value, str) and value:
                 texts.append((channel, value))
                 target = JSONTarget(sse, obj, ("delta", "message", *path))
@@ -79,12 +79,4 @@ class CohereChatAdapter(SSEJSONAdapter):
         return {k: v for k, v in target.with_text(piece).items() if last or k not in _LAST_ONLY}
 
 
-def _get(obj: dict[str, Any], path: tuple[str, ...]) -> Any:
-    """The value at `path`, or None when a step is missing or not an object."""
-    value: Any = obj
-    for key in path:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value
 

@@ -11,6 +11,7 @@ the adapter's business.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,19 @@ class JSONTarget[F]:
         for mirror in self.mirrors:
             out = replaced(out, mirror, text)
         return out
+
+
+def value_at(obj: Any, path: Sequence[str | int]) -> Any:
+    """The value at `path` (object keys and list indices), or None when a step is missing or
+    does not fit the container."""
+    for step in path:
+        if isinstance(obj, dict) and isinstance(step, str):
+            obj = obj.get(step)
+        elif isinstance(obj, list) and isinstance(step, int) and 0 <= step < len(obj):
+            obj = obj[step]
+        else:
+            return None
+    return obj
 
 
 def replaced(obj: Any, path: JSONPath, value: Any) -> Any:

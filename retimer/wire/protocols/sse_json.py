@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from retimer.wire.protocols import jsontext
 from retimer.wire.protocols.base import Adapter, Event, RequestShape, check_split
-from retimer.wire.protocols.jsontarget import JSONTarget
+from retimer.wire.protocols.jsontarget import JSONTarget, value_at
 from retimer.wire.protocols.jsontext import MalformedJSON
 from retimer.wire.sse import SSEEvent, SSEParser, format_event, is_event_stream
 
@@ -145,7 +145,7 @@ class PieceTemplates:
     def shape(self, target: JSONTarget[SSEEvent]) -> Shape | None:
         """The event's shape (None: it cannot be templated)."""
         sse = target.frame
-        data, text = sse.data, _value_at(target.obj, target.path)
+        data, text = sse.data, value_at(target.obj, target.path)
         if data is None or not isinstance(text, str) or "retimer-piece" in data \
                 or _SURROGATE.search(data):
             return None  # a lone surrogate would make dumps write the event in ASCII escapes
@@ -181,15 +181,6 @@ def _template(rendered: bytes) -> list[bytes] | None:
     marker is nowhere)."""
     parts = rendered.split(_SENTINEL_JSON)
     return parts if len(parts) > 1 else None
-
-
-def _value_at(obj: Any, path: tuple[Any, ...]) -> Any:
-    for step in path:
-        try:
-            obj = obj[step]
-        except (KeyError, IndexError, TypeError):
-            return None
-    return obj
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
