@@ -146,6 +146,7 @@ def test_chromium_builtin_capture_plays_at_each_profile(chromium: Any):
         page.close()
 
 
+@pytest.mark.serial  # each pane within 10 % of its profile: a quiet machine (3.5 s)
 def test_chromium_renders_markdown_and_code_safely(chromium: Any, short_md: Path):
     """A chat UI's markdown and code, the model's HTML kept as text; and everything the page
     loads comes from the demo's own origin (no network from the page)."""
@@ -234,6 +235,7 @@ def test_firefox_plays_at_each_profile() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.serial  # each pane within 10 % of its profile: a quiet machine (3.5 s)
 def test_chromium_plays_a_cache_entry_with_a_tool_card(chromium: Any, tmp_path: Path):
     """--cache DIR: an answer retimer cached (a real web-search tool call, then the answer); the
     tool call is drawn as a card."""
