@@ -202,7 +202,7 @@ class Study:
             with self.state.transaction():  # the position and the latest unit, together
                 if not unit:
                     return self._following(design, participant), None
-                fields, link = self._unit(design, shape, participant, conversation)
+                fields, link = self._unit(design, shape, participant, conversation, flow.id)
                 self.state.set_current(participant, fields)
             return fields, link
         return job
@@ -277,6 +277,7 @@ class Study:
 
     def _unit(
         self, design: StudyDesign, shape: RequestShape, participant: str, known: str | None = None,
+        request: str | None = None,
     ) -> tuple[UnitFields, Link | None]:
         key: str | None = None
         conversation: str | None = None
@@ -285,7 +286,7 @@ class Study:
         if design.unit == "participant":
             index = 0
         elif design.unit == "request":
-            index = state.next_request(participant)
+            index = state.next_request(participant, request)
         else:
             ident = conversation_key(shape)
             key = known or state.alias_of(participant, ident.key)

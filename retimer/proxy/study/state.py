@@ -39,6 +39,8 @@ CREATE INDEX IF NOT EXISTS study_rateable_by_participant ON study_rateable (part
 CREATE TABLE IF NOT EXISTS study_stairs (participant TEXT NOT NULL, unit BIGINT NOT NULL,
     level BIGINT NOT NULL, answer BIGINT, PRIMARY KEY (participant, unit));
 CREATE TABLE IF NOT EXISTS study_arrivals (participant TEXT PRIMARY KEY, place BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS study_requests (participant TEXT NOT NULL, request TEXT NOT NULL,
+    idx BIGINT NOT NULL, PRIMARY KEY (participant, request));
 CREATE TABLE IF NOT EXISTS study_records (seq {serial}, key TEXT UNIQUE NOT NULL,
     line TEXT NOT NULL)
 """
@@ -93,8 +95,9 @@ class MemoryState:
             p = self.people[participant] = _Positions()
         return p
 
-    def next_request(self, participant: str) -> int:
-        """The position of the participant's new request unit (0, 1, 2, ...)."""
+    def next_request(self, participant: str, request: str | None = None) -> int:
+        """The position of the participant's new request unit (0, 1, 2, ...). `request` names
+        the request for a shared database, whose job may run twice (in memory it runs once)."""
         p = self._of(participant)
         index = p.requests
         p.requests += 1
@@ -185,14 +188,23 @@ class SharedState:
         with self.db.transaction():
             yield
 
-    def next_request(self, participant: str) -> int:
+    def next_request(self, participant: str, request: str | None = None) -> int:
+        """The next position; the same one again for a `request` that took one before: a job
+        is attempted again after a lost connection, and a COMMIT the server took just before
+        the connection died must not use up a second position (a unit skipped)."""
         with self.db.transaction() as db:
+            if request is not None and (given := db.one(
+                    "SELECT idx FROM study_requests WHERE participant = ? AND request = ?",
+                    (participant, request))):
+                return int(str(given[0]))
             row = db.one("SELECT value FROM study_counters WHERE participant = ? AND name = "
                          "'requests'", (participant,))
             index = int(str(row[0])) if row else 0
             db.execute("INSERT INTO study_counters VALUES (?, 'requests', ?) ON CONFLICT "
                        "(participant, name) DO UPDATE SET value = excluded.value",
                        (participant, index + 1))
+            if request is not None:
+                db.execute("INSERT INTO study_requests VALUES (?, ?, ?)", (participant, request, index))
         return index
 
     def arrival(self, participant: str) -> int:

@@ -19,7 +19,7 @@ Without a database (`MemoryState`, the page's private sqlite3) the jobs run at o
 A job is attempted again after a lost connection, so every job must be safe to repeat: a
 connection lost after the server took the COMMIT but before it said so runs it twice. The kept
 writes are (a turn ends once, links and records are upserts); a page turn finds itself begun;
-only a `unit: request` position taken in such a COMMIT is used up (one unit skipped).
+a `unit: request` position is kept under its request's flow id and given again.
 """
 
 from __future__ import annotations
