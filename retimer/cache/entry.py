@@ -269,6 +269,8 @@ def decode_entry(meta_bytes: bytes, body: bytes) -> CacheEntry:
         meta = json.loads(meta_bytes)
     except ValueError as e:
         raise CorruptEntry(f"metadata is not JSON ({e})") from None
+    except RecursionError:
+        raise CorruptEntry("metadata is not JSON a reader can take (nested too deeply)") from None
     if not isinstance(meta, dict):
         raise CorruptEntry("metadata is not a JSON object")
     if meta.get("format") != FORMAT:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -114,7 +115,8 @@ def encode_index(calls: Sequence[CassetteCall], *, created: str, version: str) -
 def _number(value: Any, what: str) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or value < 0:
         raise CorruptCassette(f"{what} is not a number >= 0")
     return float(value)
 
@@ -146,10 +148,12 @@ def _call(obj: Any, n: int) -> IndexedCall:
     up = obj.get("upstream") or {}
     if not isinstance(up, dict):
         raise CorruptCassette(f"call {n} has a bad upstream timing")
-    tokens = _number(up.get("tokens"), f"call {n}'s upstream tokens")
+    tokens = up.get("tokens")
+    if tokens is not None and not _count(tokens):
+        raise CorruptCassette(f"call {n}'s upstream tokens is not a whole number >= 0")
     upstream = UpstreamTiming(_number(up.get("ttft_ms"), f"call {n}'s upstream TTFT"),
                               _number(up.get("duration_ms"), f"call {n}'s upstream duration"),
-                              None if tokens is None else int(tokens))
+                              tokens)
     entry = CacheEntry(status=status, headers=headers, body=b"",
                        url=str(strings["url"]), method=str(strings["method"]),
                        protocol=protocol if isinstance(protocol, str) else None,
@@ -176,6 +180,8 @@ def decode_index(data: bytes) -> tuple[dict[str, str], list[IndexedCall]]:
         doc = json.loads(data)
     except ValueError as e:
         raise CorruptCassette(f"not JSON ({e})") from None
+    except RecursionError:
+        raise CorruptCassette("not JSON a reader can take (nested too deeply)") from None
     if not isinstance(doc, dict):
         raise CorruptCassette("not a JSON object")
     if doc.get("format") not in READS:

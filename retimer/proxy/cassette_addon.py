@@ -51,6 +51,8 @@ from retimer.proxy.hooks import (
     STREAM_KEY,
     StreamHandle,
 )
+from retimer.records.notices import UPSTREAM_BOUND
+from retimer.records.redact import redact_url
 from retimer.records.schema import StreamRecord
 from retimer.wire.classify import is_llm_call
 from retimer.wire.hosts import is_llm_host
@@ -183,7 +185,7 @@ class Cassettes:
             else:
                 self.replay.serve(flow, found.entry)
             return
-        logger.warning(f"retimer: cassette: a call to {request.path} diverged: {verdict.reason}")
+        logger.warning(f"retimer: cassette: a call to {redact_url(request.path)} diverged: {verdict.reason}")
         if ctx.options.retimer_replay_diverged == "upstream":
             return
         codec = envelope_codec(ctype)
@@ -355,7 +357,7 @@ class Cassettes:
         flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = _described(verdict)
         if verdict.index is not None:
             return decode_messages(self.calls[verdict.index].entry.body)
-        logger.warning(f"retimer: cassette: a WebSocket turn on {flow.request.path} diverged: "
+        logger.warning(f"retimer: cassette: a WebSocket turn on {redact_url(flow.request.path)} diverged: "
                        f"{verdict.reason}")
         return [(_diverged_error(verdict, "a WebSocket turn", event=True), True)]
 
@@ -407,6 +409,6 @@ class UpstreamBoundNotice:
             self.said = True
             logger.warning(
                 f"retimer: {self.bound} of the {self.seen} streams so far were upstream-bound: "
-                "the upstream is slower than the profile, and a live stream cannot be made "
-                "faster than it arrives. To feel this speed, record the session once "
+                f"the upstream is slower than the profile, and {UPSTREAM_BOUND}. "
+                "To feel this speed, record the session once "
                 "(--record DIR) and replay it (--replay DIR); see docs/cli.md.")

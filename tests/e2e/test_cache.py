@@ -214,6 +214,8 @@ def test_decode_checks_body_hash():
     assert decode_entry(meta, body).body == body
     with pytest.raises(CorruptEntry, match="hash"):
         decode_entry(meta, body[:-1] + b"?")
+    with pytest.raises(CorruptEntry, match="nested too deeply"):  # not a RecursionError
+        decode_entry(b"[" * 200_000 + b"]" * 200_000, body)
 
 
 def test_size_cap_evicts_least_recently_used(tmp_path: Path):

@@ -200,3 +200,55 @@ def test_a_replay_that_diverges_from_its_start_is_told_once_that_it_is_another_s
     assert said == [f"retimer: cassette: the session's first 3 calls all diverged from {cassette}: "
                     "it does not follow the recording (another task, working directory, model or "
                     "client version?); record it again"]
+
+
+def test_a_call_that_diverges_goes_upstream_when_asked_and_its_key_stays_out_of_the_log(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """--replay-diverged upstream: a call the cassette does not hold is answered live (the
+    upstream's reply, paced by the profile), its record says it diverged; the warning names its
+    path with a key in the query (Gemini's `?key=`) redacted."""
+    cassette = tmp_path / "cassette"
+    with FakeLLM() as fake:
+        fake.openai_body = make_openai_stream("recorded")
+        with InProcessProxy(tmp_path / "rec", *FAST, "--record", str(cassette)) as proxy:
+            session(fake.url, proxy.url, "call_Ab12Cd34Ef56", "a.txt")
+            proxy.records(2)
+        fake.openai_body = make_openai_stream("live from the upstream")
+        before = len(fake.requests)
+        with InProcessProxy(tmp_path / "play", *FAST, "--replay", str(cassette),
+                            "--replay-diverged", "upstream") as proxy:
+            with openai.DefaultHttpxClient(proxy=proxy.url) as http:
+                client = openai.OpenAI(base_url=fake.url + "/v1", api_key="sk-test", http_client=http,
+                                       max_retries=0, default_query={"key": "QKEY-SECRET-123"})
+                stream = client.chat.completions.create(model="gpt-test", stream=True, messages=[
+                    {"role": "user", "content": "Something else entirely"}])
+                text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            (record,) = proxy.records(1)
+        sent = len(fake.requests) - before
+    assert text == "live from the upstream" and sent == 1
+    assert record["cassette"]["match"] == "diverged" and record["outcome"] == "complete"
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "a call to /v1/chat/completions?key=REDACTED diverged" in logged
+    assert "QKEY-SECRET-123" not in logged
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--record", "{d}/c"], "  cassette recording this session's calls into {d}/c"),
+    (["--replay", "{d}/c"], "  cassette answering calls from {d}/c, no upstream (any speed)"),
+    (["--replay", "{d}/c", "--replay-diverged", "upstream"],
+     "  cassette answering calls from {d}/c, others go upstream (any speed)"),
+    ([], "  note     a live stream is never sped up past its upstream: --record, --replay"),
+])
+def test_the_banner_says_where_the_calls_come_from(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], line: str) -> None:
+    from retimer.cli.proxy.banner import print_banner
+    from retimer.cli.proxy.options import ProxyConfig, proxy_parser
+    from retimer.proxy.certs import ensure_ca
+
+    ensure_ca(tmp_path)
+    parsed = proxy_parser().parse_args(
+        ["--profile", "cerebras", "--set", f"confdir={tmp_path}", *(a.format(d=tmp_path) for a in args)])
+    print_banner(ProxyConfig.from_args(parsed), None, None)
+    shown = capsys.readouterr().out.splitlines()
+    assert line.format(d=tmp_path) in shown, shown
+    assert sum("cassette" in s or s.startswith("  note") for s in shown) == 1, shown

@@ -67,7 +67,8 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
         console.print(f"  cassette recording this session's calls into {Path(config.record).expanduser()}",
                       markup=False)
     elif config.replay:
-        console.print(f"  cassette answering calls from {Path(config.replay).expanduser()}, no upstream "
+        rest = "others go upstream" if config.replay_diverged == "upstream" else "no upstream"
+        console.print(f"  cassette answering calls from {Path(config.replay).expanduser()}, {rest} "
                       "(any speed)", markup=False)
     elif not profile.passthrough and not config.study_banner:
         console.print("  note     a live stream is never sped up past its upstream: --record, --replay",

@@ -27,6 +27,7 @@ from typing import Any
 from retimer.cli.cmdline import fail
 from retimer.cli.proxy.options import ProxyConfig, check_port
 from retimer.cli.proxy.worker_main import config_json
+from retimer.records.notices import once_per_run
 
 CHANNEL_LIMIT = 64 * 2**20  # a record line from a worker may be long (its trace)
 
@@ -61,6 +62,7 @@ class Workers:
         self.held: socket.socket | None = None
         self.tasks: list[asyncio.Task[None]] = []
         self.seen_errors: set[str] = set()
+        self.said_once: set[str] = set()  # retimer.records.notices' keys shown so far
         self.study_state: Path | None = None  # the run's shared study positions (sqlite3)
 
     @property
@@ -166,6 +168,10 @@ class Workers:
             if starting and text in self.seen_errors:
                 continue
             self.seen_errors.add(text)
+            if (once := once_per_run(text)) is not None:  # said by every worker that sees it
+                if once in self.said_once:
+                    continue
+                self.said_once.add(once)
             sys.stderr.write(text)
             sys.stderr.flush()
 

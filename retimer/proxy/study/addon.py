@@ -44,6 +44,7 @@ from retimer.proxy.study.state import (
     UnitFields,
 )
 from retimer.proxy.study.stateworker import StateWorker
+from retimer.records.notices import INFEASIBLE_CONDITION
 from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.records.writer import RecordSource, record_line
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
@@ -388,8 +389,8 @@ class Study:
             names = self.design.names if self.design is not None else [condition]
             place = names.index(condition) + 1 if condition in names else 0
             # by its place, not its name: participants may see this console (blinding)
-            log.warning(f"retimer study: WARNING: condition #{place} of the study file is "
-                        "paced by the upstream, not by itself: "
+            log.warning(f"retimer study: WARNING: {INFEASIBLE_CONDITION.format(place=place)}, "
+                        "not by itself: "
                         f"{late} of its first {units} units were "
                         "upstream-bound (the upstream is slower than the condition); they are "
                         "left out of the analysis. Check it with --pilot N before more "
