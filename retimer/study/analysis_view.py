@@ -107,11 +107,11 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     within = any(d.within_ci for d in analysis.described)
     lines += ["", "ratings (each participant's mean counts once)",
               f"  {'scale':<10} {'condition':<14} {'people':>6} {'ratings':>7} {'mean':>5} "
-              f"{'sd':>5}  95 % CI" + ("    within-person 95 % CI" if within else "")]
+              f"{'sd':>5}  95 % CI" + ("         within-person 95 % CI" if within else "")]
     for d in analysis.described:
-        own = f"    {_num(d.within_ci[0])}-{_num(d.within_ci[1])}" if d.within_ci else ""
+        own = f"  [{_num(d.within_ci[0])}, {_num(d.within_ci[1])}]" if d.within_ci else ""
         lines.append(f"  {d.scale:<10} {d.condition:<14} {d.participants:>6} {d.ratings:>7} "
-                     f"{_num(d.mean):>5} {_num(d.sd):>5}  {_num(d.ci[0])}-{_num(d.ci[1])}{own}")
+                     f"{_num(d.mean):>5} {_num(d.sd):>5}  {f'[{_num(d.ci[0])}, {_num(d.ci[1])}]':<14}{own}")
     if analysis.omnibus:
         lines += ["", "do the conditions differ at all (before the pairs)"]
         lines += [f"  {o.scale}: F({o.df1:g}, {o.df2:.1f}) = {o.f:.2f}, {p_text(o.p)} ({o.test})"

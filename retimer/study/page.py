@@ -15,6 +15,8 @@ Study file section::
       key_env: OPENAI_API_KEY      # the environment variable holding the researcher's key
       system: You are a helpful assistant.   # optional
       max_tokens: 800              # per response (default 1024)
+      max_tokens_field: max_completion_tokens   # openai: or max_tokens (servers that know only it)
+      extra_body: {reasoning_effort: minimal}   # further request fields, sent as given
       participant_params: [PROLIFIC_PID, participant]   # URL parameters naming a participant
       title: A study of chat assistants
       consent: |                   # shown first; the participant agrees to go on
@@ -46,8 +48,15 @@ __all__ = ["APIS", "Limits", "PageError", "PageSettings", "Scale", "cookie_value
 
 APIS = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 KEY_ENV = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
-KEYS = ("api", "model", "key_env", "system", "max_tokens", "participant_params", "title",
-        "consent", "tasks", "turns", "scales", "slow_question", "completion", "limits")
+KEYS = ("api", "model", "key_env", "system", "max_tokens", "max_tokens_field", "extra_body",
+        "participant_params", "title", "consent", "tasks", "turns", "scales", "slow_question",
+        "completion", "limits")
+# the cap's name in the request: OpenAI's reasoning models (o-series, gpt-5) refuse the older
+# `max_tokens` with a 400; servers that know only `max_tokens` set `max_tokens_field`
+TOKEN_FIELDS = {"openai": ("max_completion_tokens", "max_tokens"), "anthropic": ("max_tokens",)}
+# what the page itself decides in every request: extra_body may not set these
+PAGE_FIELDS = frozenset({"model", "messages", "stream", "stream_options", "system", "max_tokens",
+                         "max_completion_tokens", "n"})
 LIMIT_KEYS = ("turns", "output_tokens", "requests_per_minute", "study_requests_per_hour",
               "study_output_tokens_per_hour", "new_participants_per_minute")
 DEFAULT_SCALES = (("speed", "very slow", "very fast"), ("quality", "very poor", "excellent"))
@@ -90,6 +99,9 @@ class PageSettings:
     key_env: str = "OPENAI_API_KEY"
     system: str = ""
     max_tokens: int = 1024
+    max_tokens_field: str = "max_completion_tokens"  # "" never: parse_page fills in the API's
+    # further fields of every upstream request (JSON text per key), e.g. reasoning_effort
+    extra_body: tuple[tuple[str, str], ...] = ()
     participant_params: tuple[str, ...] = ("PROLIFIC_PID", "participant")
     title: str = "A study of chat assistants"
     consent: str = ""
@@ -246,6 +258,19 @@ def parse_page(raw: object) -> PageSettings | None:
     if not isinstance(slow, bool):
         raise PageError(f"page.slow_question: expected true or false, got {_show(slow)}")
     max_tokens = _count(raw, "max_tokens", 1024, 100000)
+    fields = TOKEN_FIELDS[str(api)]
+    token_field = raw.get("max_tokens_field", fields[0])
+    if token_field not in fields:
+        raise PageError(f"page.max_tokens_field: expected {' or '.join(fields)} for api "
+                        f"{api}, got {_show(token_field)}")
+    extra_raw = raw.get("extra_body", {}) or {}
+    if not isinstance(extra_raw, dict) or not all(isinstance(k, str) for k in extra_raw):
+        raise PageError(f"page.extra_body: expected a mapping of request fields (e.g. "
+                        f"reasoning_effort: minimal), got {_show(extra_raw)}")
+    if taken := sorted(set(extra_raw) & PAGE_FIELDS):
+        raise PageError(f"page.extra_body.{taken[0]}: set by the page itself (model, max_tokens, "
+                        "system, the messages and streaming are its own keys)")
+    extra = tuple((k, json.dumps(v, ensure_ascii=False)) for k, v in extra_raw.items())
     turns = _count(raw, "turns", 1, 100)
     assert max_tokens is not None and turns is not None  # they have defaults
     needed = len(tasks) * turns
@@ -255,7 +280,8 @@ def parse_page(raw: object) -> PageSettings | None:
                         "(more lets a participant ask again after an interrupted reply)")
     return PageSettings(
         model=model, tasks=tuple(tasks), prompts=tuple(prompts), api=str(api), key_env=key_env,
-        system=_text(raw, "system", ""), max_tokens=max_tokens, participant_params=tuple(params),
+        system=_text(raw, "system", ""), max_tokens=max_tokens, max_tokens_field=str(token_field),
+        extra_body=extra, participant_params=tuple(params),
         title=_text(raw, "title", "A study of chat assistants", 200),
         consent=_text(raw, "consent", ""), turns=turns, scales=_scales(raw.get("scales")),
         slow_question=slow, code=code, redirect=redirect, limits=limits)
@@ -265,8 +291,9 @@ def upstream_request(settings: PageSettings, history: Sequence[tuple[str, str]])
     """The body sent upstream for a page turn: the study's model, cap and system prompt, and
     the participant's conversation (`(role, text)`, user first, the new message last)."""
     messages = [{"role": role, "content": text} for role, text in history]
-    body: dict[str, object] = {"model": settings.model, "stream": True,
-                               "max_tokens": settings.max_tokens}
+    body: dict[str, object] = {k: json.loads(v) for k, v in settings.extra_body}
+    body.update({"model": settings.model, "stream": True,
+                 settings.max_tokens_field: settings.max_tokens})
     if settings.api == "anthropic":
         if settings.system:
             body["system"] = settings.system

@@ -347,3 +347,19 @@ def test_the_analysis_runs_where_mitmproxy_is_not_installed(tmp_path: Path) -> N
     assert blocked.returncode == 0, blocked.stderr
     assert blocked.stdout.startswith("study simulated: 8 participants")
     assert blocked.stdout.rstrip().endswith("[]")
+
+
+def test_a_small_real_study_is_analysed_without_a_numerical_warning() -> None:
+    """The logs of two instances of docs/studies.md's hosted study, five participants who
+    rated unevenly (one condition 9 times, the other 4): the mixed model's search meets
+    matrices it cannot use (a participant variance at zero) and must step past them quietly;
+    numpy's "invalid value encountered in slogdet" reached the researcher's terminal."""
+    from retimer.records.reader import read_logs
+
+    logs = [ROOT / "tests" / "fixtures" / "records" / f"hosted-two-instances-{x}.jsonl" for x in "ab"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any RuntimeWarning fails the analysis
+        result = analyze(collect(read_logs(logs).records, order=["fast", "slow"]))
+    (speed,) = [c for c in result.comparisons if c.scale == "speed"]
+    assert all(math.isfinite(x) for x in (speed.estimate, *speed.ci, speed.p))
+    assert speed.ci[0] < speed.estimate < speed.ci[1]

@@ -74,6 +74,14 @@ def log_lines(proxy: RetimerProxy) -> list[dict[str, Any]]:
      "page.completion.redirect: expected an https://"),
     ({"model": "m", "tasks": ["a"], "key_env": "not a name"}, "page.key_env"),
     ({"model": "m", "tasks": ["a"], "colour": "red"}, "page.colour: unknown key"),
+    ({"model": "m", "tasks": ["a"], "max_tokens_field": "max_output_tokens"},
+     "page.max_tokens_field: expected max_completion_tokens or max_tokens for api openai"),
+    ({"model": "m", "tasks": ["a"], "api": "anthropic", "max_tokens_field": "max_completion_tokens"},
+     "page.max_tokens_field: expected max_tokens for api anthropic"),
+    ({"model": "m", "tasks": ["a"], "extra_body": {"model": "gpt-4o"}},
+     "page.extra_body.model: set by the page itself"),
+    ({"model": "m", "tasks": ["a"], "extra_body": ["reasoning_effort"]},
+     "page.extra_body: expected a mapping of request fields"),
     ({"model": "m", "tasks": ["a", "b", "c"], "turns": 2, "limits": {"turns": 5}},
      "page.limits.turns: 5 messages cannot finish the study: page.tasks .3. x page.turns .2. "
      "need at least 6"),
@@ -85,10 +93,15 @@ def test_page_section_errors_name_the_key(raw: dict[str, Any], needle: str) -> N
         parse_page(raw)
 
 
-def test_the_walkthroughs_study_file_is_a_valid_hosted_study() -> None:
+def test_the_walkthroughs_study_file_is_a_valid_hosted_study(tmp_path: Path) -> None:
     """docs/studies.md's hosted study, step 1, as written: it loads, with the page, arrival ids
-    and limits a participant can finish within."""
+    and limits a participant can finish within; step 2's pilot, against an upstream as the doc
+    describes it (about 640 ms to the first token, 140 tok/s), prints the doc's verdicts and
+    sends what the page's calls send (the cap under OpenAI's name, the extra fields)."""
+    import os
+
     from retimer.study.design import parse_study
+    from tests.support.stream_bodies import make_openai_stream
 
     text = (Path(__file__).parents[2] / "docs" / "studies.md").read_text()
     step = text.split("**1. Write the study file.**", 1)[1]
@@ -98,6 +111,20 @@ def test_the_walkthroughs_study_file_is_a_valid_hosted_study() -> None:
     limits = design.page.limits
     assert limits.turns is not None and limits.turns >= len(design.page.tasks) * design.page.turns
     assert limits.study_requests_per_hour and limits.new_participants_per_minute
+    shown = step.split("**Content-controlled tasks.**", 1)[0].rsplit("```\n", 2)[-2].splitlines()[1:]
+    (tmp_path / "dinner-study.yaml").write_text(block)
+    reply = make_openai_stream("A quick weeknight dinner: pasta with lemon and spinach. " * 6,
+                               words_per_chunk=1)
+    with FakeLLM(reply, per_event_gap=1 / 140, first_delay=0.62) as upstream:
+        pilot = subprocess.run([sys.executable, "-m", "retimer", "study", "dinner-study.yaml",
+                                "--pilot", "5", "--upstream", upstream.url], capture_output=True,
+                               text=True, timeout=120, cwd=tmp_path,
+                               env={**os.environ, "OPENAI_API_KEY": KEY})
+        sent = json.loads(upstream.requests[0].body)
+    assert pilot.returncode == 1, pilot.stderr  # the fast condition is infeasible, as shown
+    assert pilot.stdout.splitlines()[1:] == shown
+    assert (sent["model"], sent["max_completion_tokens"], sent["reasoning_effort"]) == (
+        design.page.model, design.page.max_tokens, "minimal")
 
 
 def _feasibility_study(tmp: Path) -> Path:
@@ -394,8 +421,9 @@ def test_a_participant_completes_the_study_in_chromium(tmp_path: Path, fake: Fak
     assert [r["condition"] for r in ratings] == [complete[0]["condition"], complete[-1]["condition"]]
     for s in served:  # the server's call: the study's model, cap, system prompt and key
         body = json.loads(s.body)
-        assert (body["model"], body["max_tokens"], body["messages"][0]) == (
+        assert (body["model"], body["max_completion_tokens"], body["messages"][0]) == (
             "study-model", 300, {"role": "system", "content": "Be brief."})
+        assert "max_tokens" not in body  # OpenAI's reasoning models refuse the older name
         assert s.headers["authorization"] == f"Bearer {KEY}" and "cookie" not in s.headers
     assert not [c["name"] for c in CONDITIONS if c["name"] in shown] and KEY not in shown
 
@@ -560,8 +588,9 @@ def test_the_page_is_safe_to_put_on_the_internet(tmp_path: Path, fake: FakeLLM) 
         lines = log_lines(proxy)
         served = fake.requests
         shown = proxy.stdout() + proxy.stderr()
+    assert "  study    participants from their page links; other requests refused" in shown
     assert [json.loads(s.body)["model"] for s in served] == ["study-model"] * 2
-    assert [json.loads(s.body)["max_tokens"] for s in served] == [300] * 2
+    assert [json.loads(s.body)["max_completion_tokens"] for s in served] == [300] * 2
     assert [m["role"] for m in json.loads(served[0].body)["messages"]] == ["system", "user"]
     assert len([x for x in lines if x.get("type") == "rating"]) == 2
     written = proxy.log_path.read_text() + shown

@@ -242,8 +242,10 @@ def test_panel_ids_take_the_squares_rows_in_arrival_order(tmp_path: Path, fake: 
     assert records[4]["condition"] == design.names[rows[0][1]]  # its second unit, its own row
     status = run_cli("study", str(study), "--status", str(proxy.log_path)).stdout
     assert "balance: every unit has the condition the design gives it" in status
-    plan = run_cli("study", str(study), "--plan", "2").stdout
-    assert "arrival 1" in plan and "arrival 2" in plan
+    plan = run_cli("study", str(study), "--plan", "2").stdout.splitlines()
+    for record in records[:4]:  # the plan's row "arrival k" is the records' arrival k
+        (row,) = [line.split() for line in plan if line.startswith(f"arrival {record['arrival']} ")]
+        assert row[2] == record["condition"], (row, record)
 
 
 def test_each_start_on_a_shared_state_draws_its_own_timing(tmp_path: Path, fake: FakeLLM) -> None:

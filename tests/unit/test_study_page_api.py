@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from retimer.study.page import MAX_MESSAGE, parse_page
@@ -100,3 +102,23 @@ def test_the_upstream_call_carries_the_researchers_key_and_nothing_of_the_browse
     assert upstream_headers(ANTHROPIC, "sk-2", None) == {
         "content-type": "application/json", "accept": "text/event-stream", "x-api-key": "sk-2",
         "anthropic-version": "2023-06-01"}
+
+
+@pytest.mark.parametrize("extra, cap", [
+    ({}, ("max_completion_tokens", 800)),  # OpenAI's current name: its reasoning models need it
+    ({"max_tokens_field": "max_tokens"}, ("max_tokens", 800)),  # a server that knows only this one
+    ({"api": "anthropic"}, ("max_tokens", 800)),
+])
+def test_the_upstream_call_names_the_cap_as_its_api_does_and_adds_the_extra_fields(
+        extra: dict[str, object], cap: tuple[str, int]) -> None:
+    from retimer.study.page import upstream_request
+
+    settings = parse_page({"model": "gpt-5-mini", "tasks": ["a"], "max_tokens": 800, "system": "Be brief.",
+                           "extra_body": {"reasoning_effort": "minimal", "metadata": {"study": "s"}},
+                           **extra})
+    body = json.loads(upstream_request(settings, [("user", "hi")]))
+    names = {"max_tokens", "max_completion_tokens"}
+    assert {k: body[k] for k in names if k in body} == dict([cap])
+    assert (body["model"], body["stream"], body["reasoning_effort"], body["metadata"]) == (
+        "gpt-5-mini", True, "minimal", {"study": "s"})
+    assert body["messages"][-1] == {"role": "user", "content": "hi"}

@@ -120,10 +120,13 @@ def main(argv: list[str]) -> None:
         policy = design.participants
         named = f"the {policy.header} header" + (f" or a roster of {len(roster)} API keys"
                                                  if roster is not None else "")
-        if design.page is not None:
-            named = f"their page link, or {named}"
-        banner = [f"  study    each request's participant from {named}; requests naming none "
-                  f"are {'refused' if policy.unidentified == 'refuse' else 'passed untimed'}"]
+        if design.page is not None and not policy.beside_page:
+            banner = ["  study    participants from their page links; other requests refused"]
+        else:
+            if design.page is not None:
+                named = f"their page link, or {named}"
+            banner = [f"  study    each request's participant from {named}; requests naming none "
+                      f"are {'refused' if policy.unidentified == 'refuse' else 'passed untimed'}"]
         rate = f"{proxy}/rate?participant=ID"
     if design.ratings and not config.upstream:
         banner.append(f"  ratings  {rate}  (the participant rates the latest response there)")
@@ -231,7 +234,7 @@ def print_plan(design: StudyDesign, participant: str, units: int) -> None:
     rows = len(williams_square(n)) if design.counterbalancing == "latin-square" else n
     arrival = design.participant_ids == "arrival"
     people = [participant] if participant and not arrival else \
-        [f"arrival {i}" if arrival else f"P{i}" for i in range(1, rows + 1)]
+        [f"arrival {i - 1}" if arrival else f"P{i}" for i in range(1, rows + 1)]  # as records
     out = sys.stdout
     print(f"study {design.name}: unit {design.unit}, counterbalancing {design.counterbalancing}, "
           f"block_size {design.block_size}, conditions {', '.join(design.names)}", file=out)
