@@ -116,6 +116,8 @@ class Workers:
                         w.proc.kill()
             await asyncio.gather(*(w.proc.wait() for w in self.workers), *self.tasks,
                                  return_exceptions=True)
+            with contextlib.suppress(asyncio.CancelledError):  # taken: asyncio names it otherwise
+                await ready
             if self.study_state is not None:
                 self.study_state.unlink(missing_ok=True)
             raise SystemExit(codes[0] or 1)
