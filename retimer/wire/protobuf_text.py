@@ -168,7 +168,10 @@ def find_texts(message: bytes, schema: Schema | None = None, depth: int = 0,
         elif as_message and text is None:
             known.setdefault(numbers, False)
         if known.get(numbers) is False or (text is None and nested):
-            out += [ProtoText((i, *t.path), (f.number, *t.numbers), t.text, t.ambiguous)
+            # a message where a string was learnt (from a value that was no message, such as
+            # a damaged one): the schema is not to be trusted here, nor a split re-read by it
+            doubt = known.get(numbers) is True
+            out += [ProtoText((i, *t.path), (f.number, *t.numbers), t.text, t.ambiguous or doubt)
                     for t in nested]
         elif text is not None:
             out.append(ProtoText((i,), (f.number,), text))

@@ -125,7 +125,7 @@ class RetimerProxy:
     def ca_path(self) -> Path:
         return self.confdir / "mitmproxy-ca-cert.pem"
 
-    def start(self, timeout: float = 30.0) -> RetimerProxy:
+    def start(self, timeout: float = 60.0) -> RetimerProxy:  # a hunt under load: 30 s was short
         env = {**(os.environ if self.env is None else self.env), "PYTHONUNBUFFERED": "1"}
         with self.out_path.open("wb") as out, self.err_path.open("wb") as err:
             self.proc = subprocess.Popen(

@@ -221,6 +221,21 @@ def test_generic_sniffing_waits_for_a_whole_bom() -> None:
     assert [e.text for e in events + adapter.end()] == ["Hi there"]
 
 
+def test_a_damaged_message_that_taught_a_string_leaves_the_later_messages_whole() -> None:
+    """A Connect message whose inner length was damaged (47 for 15 bytes) read as a string at
+    field 1, where the later messages hold a nested message: a split of those was then read
+    back by that learnt type ("\\n\\n lazy dog." for " lazy dog."). Such a message is now
+    counted and left whole (a hunt's fuzz run found it; connect/found-damaged-length-...)."""
+    from retimer.wire.protobuf_text import find_texts
+
+    damaged = b"\n\x11\n/The quick brown\x12\x08model-7b\x18\x00"
+    later = b"\n\x10\n\x0e the lazy dog.\x12\x08model-7b\x18\x02"
+    schema: dict[tuple[int, ...], bool] = {}
+    assert [(t.text, t.ambiguous) for t in find_texts(damaged, schema)] == [("\n/The quick brown", False)]
+    assert [(t.text, t.ambiguous) for t in find_texts(later, schema)] == [(" the lazy dog.", True)]
+    assert [(t.text, t.ambiguous) for t in find_texts(later, {})] == [(" the lazy dog.", False)]
+
+
 def _legacy_chatgpt(text: str) -> bytes:
     obj = {"message": {"id": "m1", "author": {"role": "assistant"}, "status": "in_progress",
                        "content": {"content_type": "text", "parts": [text]}}}
