@@ -100,8 +100,8 @@ class PageSettings:
     system: str = ""
     max_tokens: int = 1024
     max_tokens_field: str = "max_completion_tokens"  # "" never: parse_page fills in the API's
-    # further fields of every upstream request (JSON text per key), e.g. reasoning_effort
-    extra_body: tuple[tuple[str, str], ...] = ()
+    # further fields of every upstream request, as the study file gives them (reasoning_effort)
+    extra_body: tuple[tuple[str, object], ...] = ()
     participant_params: tuple[str, ...] = ("PROLIFIC_PID", "participant")
     title: str = "A study of chat assistants"
     consent: str = ""
@@ -270,7 +270,7 @@ def parse_page(raw: object) -> PageSettings | None:
     if taken := sorted(set(extra_raw) & PAGE_FIELDS):
         raise PageError(f"page.extra_body.{taken[0]}: set by the page itself (model, max_tokens, "
                         "system, the messages and streaming are its own keys)")
-    extra = tuple((k, json.dumps(v, ensure_ascii=False)) for k, v in extra_raw.items())
+    extra = tuple(extra_raw.items())
     turns = _count(raw, "turns", 1, 100)
     assert max_tokens is not None and turns is not None  # they have defaults
     needed = len(tasks) * turns
@@ -291,7 +291,7 @@ def upstream_request(settings: PageSettings, history: Sequence[tuple[str, str]])
     """The body sent upstream for a page turn: the study's model, cap and system prompt, and
     the participant's conversation (`(role, text)`, user first, the new message last)."""
     messages = [{"role": role, "content": text} for role, text in history]
-    body: dict[str, object] = {k: json.loads(v) for k, v in settings.extra_body}
+    body: dict[str, object] = dict(settings.extra_body)
     body.update({"model": settings.model, "stream": True,
                  settings.max_tokens_field: settings.max_tokens})
     if settings.api == "anthropic":

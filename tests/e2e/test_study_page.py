@@ -690,7 +690,7 @@ def test_one_admin_token_per_study(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     """Derived from the study's page secret and name: instances on two machines (two confdirs)
     that share the secret take the same token, another study another; the environment's
     token wins; the confdir's file says it, readable by its owner only."""
-    from retimer.proxy.study.page import ADMIN_ENV, admin_token
+    from retimer.proxy.study.page_keys import ADMIN_ENV, admin_token
 
     monkeypatch.delenv(ADMIN_ENV, raising=False)
     secret = b"a shared study secret, 32 bytes.."
