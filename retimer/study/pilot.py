@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 from retimer.profile.model import Profile
 
-__all__ = ["SLACK_S", "ConditionVerdict", "PilotReply", "judge", "median"]
+__all__ = ["FEASIBLE_AFTER", "SLACK_S", "ConditionVerdict", "PilotReply", "RunningFeasibility", "judge",
+           "median"]
 
 SLACK_S = 0.05  # a token this much later than its schedule is no wait a participant sees
+FEASIBLE_AFTER = 3  # units of a condition before a running study may call it upstream-bound
 
 
 @dataclass(frozen=True)
@@ -80,3 +82,23 @@ def median(values: Sequence[float]) -> float | None:
         return None
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+class RunningFeasibility:
+    """While a study runs: which condition's units are mostly upstream-bound, once each. The
+    pilot judges before the first participant; this, on the units themselves."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, tuple[int, int]] = {}  # condition -> (units, upstream-bound)
+        self.infeasible: set[str] = set()  # conditions called so far
+
+    def add(self, condition: str, bound: bool) -> tuple[int, int] | None:
+        """Count one unit of `condition`; (upstream-bound, units) when this unit makes the
+        condition mostly upstream-bound for the first time (at FEASIBLE_AFTER units or more)."""
+        units, late = self.units.get(condition, (0, 0))
+        units, late = units + 1, late + bound
+        self.units[condition] = (units, late)
+        if units >= FEASIBLE_AFTER and late * 2 >= units and condition not in self.infeasible:
+            self.infeasible.add(condition)
+            return late, units
+        return None

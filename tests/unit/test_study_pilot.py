@@ -30,3 +30,15 @@ def test_judge_counts_per_condition_over_the_whole_replies() -> None:
         ("fast", 4, 4, False), ("slow", 0, 4, True), ("plain", 0, 4, True)]
     assert verdicts[0].ttft_s == fast.ttft.p50 and verdicts[2].tps is None  # type: ignore[union-attr]
     assert median([3.0, 1.0, 2.0, 10.0]) == 2.5 and median([]) is None
+
+
+def test_a_running_study_calls_a_condition_upstream_bound_once_from_its_third_unit() -> None:
+    from retimer.study.pilot import FEASIBLE_AFTER, RunningFeasibility
+
+    watch = RunningFeasibility()
+    assert FEASIBLE_AFTER == 3
+    assert [watch.add("fast", True), watch.add("fast", True)] == [None, None]  # too few yet
+    assert watch.add("slow", False) is None
+    assert watch.add("fast", False) == (2, 3)  # 2 of its first 3 units: mostly bound
+    assert watch.add("fast", True) is None  # said once
+    assert [watch.add("slow", b) for b in (True, False, False)] == [None, None, None]  # 1 of 4

@@ -56,13 +56,13 @@ from retimer.study.participants import (
     Unidentified,
     identify,
 )
+from retimer.study.pilot import RunningFeasibility
 from retimer.study.staircase import position_after
 from retimer.wire.protocols.base import RequestShape
 
 log = logging.getLogger(__name__)
 PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
 WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
-FEASIBLE_AFTER = 3  # units of a condition before it may be called upstream-bound
 WAIT_NOTED_S = 0.05  # a request that waited longer than this for the state says so in its record
 Link = tuple[str, str, str]  # STUDY_LINK_KEY: (link kind, conversation key, participant)
 
@@ -85,8 +85,7 @@ class Study:
         self.worker = StateWorker(None)  # the state's calls (off the event loop for a database)
         self.instance_seed: int | None = None  # the seed this start draws from, with a shared state
         self.warned: set[str] = set()
-        self.feasibility: dict[str, tuple[int, int]] = {}  # condition -> (units, upstream-bound)
-        self.infeasible: set[str] = set()  # conditions warned about
+        self.feasibility = RunningFeasibility()
         self.rating_page = RatingPage(self)
 
     def _reset(self, study: str = "") -> None:
@@ -377,15 +376,11 @@ class Study:
         self.worker.keep(lambda: self.state.add_rateable(participant, record.id, entry),
                          "a stream offered for rating")
 
-
     def _watch_feasible(self, condition: str, bound: bool) -> None:
         """Say loudly, once, when a condition's units are mostly paced by the upstream: the
         upstream is slower than the condition, which retimer cannot make faster."""
-        units, late = self.feasibility.get(condition, (0, 0))
-        units, late = units + 1, late + bound
-        self.feasibility[condition] = (units, late)
-        if units >= FEASIBLE_AFTER and late * 2 >= units and condition not in self.infeasible:
-            self.infeasible.add(condition)
+        if (found := self.feasibility.add(condition, bound)) is not None:
+            late, units = found
             names = self.design.names if self.design is not None else [condition]
             place = names.index(condition) + 1 if condition in names else 0
             # by its place, not its name: participants may see this console (blinding)
