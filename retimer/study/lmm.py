@@ -26,7 +26,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed"]
+__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "jacobian"]
 
 Structure = Literal["unstructured", "diagonal"]
 SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
@@ -98,12 +98,17 @@ class GroupSums:
         if not np.all(sign > 0) or not np.all(np.isfinite(logdets)):
             raise np.linalg.LinAlgError("A is not positive definite")
         t = lam @ np.linalg.inv(a) @ lam.T
+        xhx, xhy, yhy = self.inner(t)
+        return float(logdets.sum()), xhx, xhy, yhy, t
+
+    def inner(self, t: Array) -> tuple[Array, Array, float]:
+        """(X'H^-1 X, X'H^-1 y, y'H^-1 y) for H^-1 = I - Z T Z' within each group."""
         tzx = t @ self.ztx
         tzy = np.einsum("gqr,gr->gq", t, self.zty)
         xhx = self.xtx - np.einsum("gqi,gqj->ij", self.ztx, tzx)
         xhy = self.xty - np.einsum("gqi,gq->i", self.ztx, tzy)
         yhy = self.yty - float(np.einsum("gq,gq->", self.zty, tzy))
-        return float(logdets.sum()), xhx, xhy, yhy, t
+        return xhx, xhy, yhy
 
 
 class RemlCriterion:
@@ -206,11 +211,11 @@ def _richardson(estimate: Callable[[float], Array]) -> Array:
 def _hessian_of_gradient(gradient: Callable[[Array], Array], at: Array) -> Array:
     """The Hessian as the Jacobian of an exact gradient (2k gradients, not O(k^2) values),
     symmetrised."""
-    h = _jacobian(gradient, at)
+    h = jacobian(gradient, at)
     return (h + h.T) / 2
 
 
-def _jacobian(f: Callable[[Array], Array], at: Array) -> Array:
+def jacobian(f: Callable[[Array], Array], at: Array) -> Array:
     """d f / d at for a matrix-valued f, shape (k, *f.shape), by central differences."""
     def estimate(step: float) -> Array:
         h = step * np.maximum(np.abs(at), 1e-2)
@@ -243,17 +248,23 @@ class MixedFit:
     groups: int
     _jac: Array  # d vcov / d (theta, sigma): (k, p, p)
     _cov_varpar: Array  # asymptotic covariance of (theta, sigma)
+    # fitted with no sign constraint on the variances (retimer.study.lmm_unbounded): the random
+    # effects' covariance over sigma^2, which may have a variance below zero; theta is then its
+    # lower triangle
+    relative: Array | None = None
 
     @property
     def covariance(self) -> Array:
         """The random effects' covariance matrix (q x q), in the data's units squared."""
+        if self.relative is not None:
+            return self.sigma ** 2 * self.relative
         lam = _lambda(self.theta, len(self.random), self.structure)
         return self.sigma ** 2 * lam @ lam.T
 
     @property
     def sds(self) -> dict[str, float]:
-        """Each random effect's SD, and the residual's."""
-        sd = np.sqrt(np.diag(self.covariance))
+        """Each random effect's SD (0 for a variance estimated below zero), and the residual's."""
+        sd = np.sqrt(np.maximum(np.diag(self.covariance), 0.0))
         return {**{name: float(v) for name, v in zip(self.random, sd)}, "residual": self.sigma}
 
     def _df(self, row: Array) -> float:
@@ -374,5 +385,5 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
         cov_varpar = np.full_like(hess, np.nan)
         converged = False
     return MixedFit(names, random, structure, beta, crit.vcov(varpar), sigma, theta, value,
-                    converged, singular, sums.n, sums.groups, _jacobian(vcov_sub, varpar[sub]),
+                    converged, singular, sums.n, sums.groups, jacobian(vcov_sub, varpar[sub]),
                     cov_varpar)

@@ -11,9 +11,12 @@ Its residual is then one variance for every pair of conditions, which people who
 their effects break (sphericity): with three conditions the pooled residual made one pair's
 test conservative (3 % of null studies called) and another's liberal, so there each pair is
 tested in a model of its own two conditions' ratings (`fit_pair`).
-When the maximal fit is singular (a variance or a correlation at its boundary) or does not
-converge, the steps are: drop the correlations (`||`), then the terms whose variance is zero;
-the model fitted and why are reported.
+When the maximal fit is singular (a variance or a correlation at its boundary), its variances
+are estimated again without their bound at zero (retimer.study.lmm_unbounded: the test then
+keeps its level when people do not differ in their effect, where dropping the slope made it
+conservative). When that finds nothing better, or the fit does not converge, the steps are:
+drop the correlations (`||`), then the terms whose variance is zero; the model fitted and why
+are reported.
 """
 
 from __future__ import annotations
@@ -25,12 +28,15 @@ import numpy as np
 
 from retimer.study.analysis_data import AnalysisError, StudyData
 from retimer.study.lmm import MixedFit, Structure, fit_mixed
+from retimer.study.lmm_unbounded import fit_unbounded
 from retimer.study.results import ModelReport
 
 __all__ = ["POSITIONS_AS_FACTOR", "ScaleModel", "fit_pair", "fit_scale"]
 
 POSITIONS_AS_FACTOR = 12  # more distinct positions than this: position is a linear trend
 METHOD = "REML; t and F tests with Satterthwaite's degrees of freedom (as lmerTest)"
+UNBOUNDED = ("; the variances estimated without their bound at zero, as the repeated-measures "
+             "ANOVA's error terms (the bounded fit was singular)")
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,7 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
     if len(maximal_terms) > 1:
         steps.append((list(range(len(maximal_terms))), "diagonal"))
     why: list[str] = []
+    method = METHOD
     fit = None
     columns: list[int] = []
     structure: Structure = "unstructured"
@@ -123,6 +130,20 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
             break
         what = "singular" if fit.singular else "not converged"
         label = _random_formula([terms_all[i] for i in columns], structure, len(conditions))
+        if structure == "unstructured" and len(columns) > 1 and fit.singular and \
+                (free := fit_unbounded(fit, y, x, z_all[:, columns], person)) is not None:
+            fit, method = free, METHOD + UNBOUNDED
+            negative = [name for name, v in zip(fit.random, np.diag(fit.covariance)) if v < 0]
+            if negative:
+                notes.append(f"{scale}: a variance estimated below zero ("
+                             + ", ".join(labels_of(n, conditions) for n in negative)
+                             + "): people differ in it less than the ratings' noise shows; "
+                             "its SD is shown as 0")
+            elif np.linalg.eigvalsh(fit.covariance).min() < 0:
+                notes.append(f"{scale}: the people's levels and effects estimated with a "
+                             "correlation beyond 1: they differ in them less than the ratings' "
+                             "noise shows")
+            break
         if not steps:
             if structure == "diagonal" and fit.singular and len(columns) > 1:
                 alive = [c for c, t in zip(columns, fit.theta) if t >= 1e-4]
@@ -151,14 +172,23 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
         keys = ["participant" if t == "1" else labels[t] for t in terms]
         for i in range(len(terms)):
             for j in range(i):
+                if cov[i, i] <= 0 or cov[j, j] <= 0:
+                    continue  # no correlation with a variance at or below zero
                 denom = float(np.sqrt(cov[i, i] * cov[j, j]))
-                correlations[f"{keys[j]} ~ {keys[i]}"] = float(cov[i, j]) / denom if denom else 0.0
-    report = ModelReport(scale, formula, maximal, "; ".join(why), METHOD, sds, correlations,
+                correlations[f"{keys[j]} ~ {keys[i]}"] = float(cov[i, j]) / denom
+    report = ModelReport(scale, formula, maximal, "; ".join(why), method, sds, correlations,
                          fit.observations, fit.groups)
     cap = None
     if terms == ["1"] and fit.singular:
         cap = float(fit.observations - fit.groups - (len(names) - 1))
     return ScaleModel(fit, conditions, report, notes, cap, each_once=not replicated)
+
+
+def labels_of(term: str, conditions: list[str]) -> str:
+    """A random term's name in the report: the participant's level, or a condition's slope."""
+    if term == "1":
+        return "participant"
+    return f"slope {conditions[int(term.split('[')[1].rstrip(']'))]}"
 
 
 def fit_pair(data: StudyData, scale: str, reference: str, condition: str) -> ScaleModel:

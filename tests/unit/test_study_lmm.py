@@ -156,3 +156,61 @@ def test_the_criterions_gradients_are_exact() -> None:
     numeric = [(crit.full(varpar + e) - crit.full(varpar - e)) / (2 * h)
                for e in np.eye(len(varpar)) * h]
     assert crit.full_gradient(varpar) == pytest.approx(numeric, abs=1e-4)
+
+
+def _replicated(seed: int, people: int, reps: int, slope_sd: float) -> tuple[np.ndarray, ...]:
+    """Two conditions, `reps` ratings of each per person, no order effect: balanced."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for person in range(people):
+        level, slope = rng.normal(0, 0.8), rng.normal(0, slope_sd)
+        for condition in (0, 1):
+            for _ in range(reps):
+                rows.append((person, condition, 4 + level + condition * (slope - 0.3) + rng.normal()))
+    person = np.array([r[0] for r in rows])
+    x = np.c_[np.ones(len(rows)), [float(r[1]) for r in rows]]
+    return np.array([r[2] for r in rows]), x, person
+
+
+def test_a_singular_maximal_fit_refitted_without_bounds_is_the_repeated_measures_test() -> None:
+    """People who do not differ in their effect: the bounded fit of (1 + condition | person) is
+    singular (the slope's variance at zero) on these seeds; refitted with no bound on the
+    variances, its test is the by-person test of a balanced design (the repeated-measures
+    ANOVA's: a paired t on each person's condition means, n - 1 df), whose level holds whether
+    people differ or not. The bounded fit's own test is not it (its df are the ratings')."""
+    from scipy import stats
+
+    from retimer.study.lmm_unbounded import fit_unbounded
+
+    singular = 0
+    for seed in range(6):
+        y, x, person = _replicated(seed, people=10, reps=4, slope_sd=0.0)
+        bounded = fit_mixed(y, x, x, person, ("1", "b"), ("1", "b"))
+        if not bounded.singular:
+            continue
+        singular += 1
+        free = fit_unbounded(bounded, y, x, x, person)
+        assert free is not None and free.criterion <= bounded.criterion
+        got = free.contrast([0, 1])
+        means = [[y[(person == p) & (x[:, 1] == c)].mean() for p in range(10)] for c in (0, 1)]
+        paired = stats.ttest_rel(means[1], means[0])
+        assert got.t == pytest.approx(paired.statistic, rel=1e-3)
+        assert got.df == pytest.approx(9, rel=2e-2)
+        assert got.p == pytest.approx(paired.pvalue, rel=2e-2, abs=1e-4)
+        # past the bounds: a variance below zero, or a correlation beyond 1
+        assert np.linalg.eigvalsh(free.covariance).min() < 0
+        assert all(sd >= 0 for sd in free.sds.values())
+    assert singular >= 2  # the case is exercised
+
+
+def test_a_fit_inside_its_bounds_is_the_same_without_them() -> None:
+    """sleepstudy's fit is not singular: lifting the bounds finds the same optimum."""
+    from retimer.study.lmm_unbounded import fit_unbounded
+
+    y, x, subject = _sleepstudy()
+    bounded = fit_mixed(y, x, x, subject, ("(Intercept)", "Days"), ("(Intercept)", "Days"))
+    free = fit_unbounded(bounded, y, x, x, subject)
+    assert free is not None
+    assert free.criterion == pytest.approx(bounded.criterion, abs=1e-6)
+    got, theirs = free.contrast([0, 1]), bounded.contrast([0, 1])
+    assert (got.estimate, got.se, got.df) == pytest.approx((theirs.estimate, theirs.se, theirs.df), rel=2e-3)
