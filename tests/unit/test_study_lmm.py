@@ -214,3 +214,30 @@ def test_a_fit_inside_its_bounds_is_the_same_without_them() -> None:
     assert free.criterion == pytest.approx(bounded.criterion, abs=1e-6)
     got, theirs = free.contrast([0, 1]), bounded.contrast([0, 1])
     assert (got.estimate, got.se, got.df) == pytest.approx((theirs.estimate, theirs.se, theirs.df), rel=2e-3)
+
+
+def test_the_omnibus_f_is_hotellings_where_each_person_has_a_free_covariance() -> None:
+    """Three conditions, 4 ratings of each per person, people who differ in their effects:
+    the maximal model's omnibus F over both contrasts is Hotelling's T^2 test of the people's
+    condition means (F = T^2 (n - 2) / (2 (n - 1)) on 2 and n - 2 df), as Kenward and Roger's
+    F is; lmerTest's Satterthwaite F (T^2 / 2 on 2 and n - 1) is larger by (n - 1) / (n - 2)."""
+    from scipy import stats
+
+    from retimer.study.lmm_unbounded import fit_unbounded
+
+    people = 16
+    y, x, z, person = _three_conditions(seed=3, people=people)
+    fit = fit_mixed(y, x, z, person, ("1", "c1", "c2"), ("1", "c1", "c2"))
+    if fit.singular:
+        free = fit_unbounded(fit, y, x, z, person)
+        assert free is not None
+        fit = free
+    got = fit.f_test([[0, 1, 0], [0, 0, 1]])
+    condition = x[:, 1] + 2 * x[:, 2]
+    means = np.array([[y[(person == p) & (condition == c)].mean() for c in range(3)]
+                      for p in range(people)])
+    d = means[:, 1:] - means[:, :1]
+    t2 = people * d.mean(axis=0) @ np.linalg.solve(np.cov(d, rowvar=False), d.mean(axis=0))
+    f = t2 * (people - 2) / (2 * (people - 1))
+    assert (got.f, got.df2) == pytest.approx((f, people - 2), rel=2e-2)
+    assert got.p == pytest.approx(float(stats.f.sf(f, 2, people - 2)), rel=5e-2)
