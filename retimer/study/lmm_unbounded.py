@@ -126,17 +126,21 @@ def fit_unbounded(constrained: MixedFit, y: Array, x: Array, z: Array,
     _, rss, beta, _ = crit._solve(s)
     sigma = math.sqrt(rss / (sums.n - sums.p))
     varpar = np.r_[s, sigma]
+    # the df's derivatives step around the optimum: one that lies so near the edge of the
+    # positive-definite region that a step leaves it cannot be tested this way
     hess = _hessian(crit.full, varpar)
+    if not np.all(np.isfinite(hess)):
+        return None
     try:
         cov_varpar = 2.0 * np.linalg.inv(hess)
-        converged = bool(best.success) and bool(np.linalg.eigvalsh(hess).min() > 0)
+        if not (best.success and np.linalg.eigvalsh(hess).min() > 0):
+            return None
+        jac = jacobian(crit.vcov, varpar)
     except np.linalg.LinAlgError:
-        return None
-    if not converged:
         return None
     return MixedFit(constrained.names, constrained.random, "unstructured", beta,
                     crit.vcov(varpar), sigma, s, value, True, False, sums.n, sums.groups,
-                    jacobian(crit.vcov, varpar), cov_varpar, relative=crit.matrix(s))
+                    jac, cov_varpar, relative=crit.matrix(s))
 
 
 def _simplex(start: Array) -> Array:

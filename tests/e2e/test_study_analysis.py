@@ -363,3 +363,18 @@ def test_a_small_real_study_is_analysed_without_a_numerical_warning() -> None:
     (speed,) = [c for c in result.comparisons if c.scale == "speed"]
     assert all(math.isfinite(x) for x in (speed.estimate, *speed.ci, speed.p))
     assert speed.ci[0] < speed.estimate < speed.ci[1]
+
+
+def test_a_fit_at_the_edge_of_its_positive_definite_region_is_still_tested() -> None:
+    """A null study of 8 people, three conditions, 8 units each (a calibration run's seed):
+    the bounded fit is singular and the unbounded one's optimum lies so near the edge of the
+    region where every person's covariance is positive definite that the df's derivatives
+    step out of it. It once ended the analysis with a LinAlgError; the bounded model's
+    simplification then answers."""
+    records = simulate_records("latin-square", ["fast", "slow", "slower"], 8, 24, [0.0] * 3,
+                               8869820475, slope_sd=0.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = analyze(collect(records), checks=False)
+    assert len(result.comparisons) == 3 and result.omnibus
+    assert all(math.isfinite(c.p) and c.ci[0] < c.estimate < c.ci[1] for c in result.comparisons)
