@@ -314,6 +314,8 @@ def _text(sse: bytes) -> str:
     return "".join(out)
 
 
+@pytest.mark.serial  # the fake sends an event every 10 ms: under a hog with four workers its
+# sleeps ran 13 ms apart (a hunt read 124 tok/s for 165), so the fit's rate needs a quiet machine
 def test_fit_on_recorded_fixtures_through_the_proxy(tmp_path: Path) -> None:
     with FakeLLM(per_event_gap=GAP_S, first_delay=FIRST_S) as fake, \
             RetimerProxy(tmp_path / "rec", "--profile", "passthrough") as proxy:
