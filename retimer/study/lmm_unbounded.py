@@ -16,6 +16,7 @@ the maximal model still: only its variances' bound is lifted, while every group'
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -84,10 +85,8 @@ class UnboundedCriterion:
         return float(varpar[-1]) ** 2 * np.linalg.inv(xhx)
 
 
-def _hessian(f: object, at: Array) -> Array:
+def _hessian(f: Callable[[Array], float], at: Array) -> Array:
     """The Hessian of a scalar function by central differences, Richardson-extrapolated."""
-    assert callable(f)
-
     def estimate(step: float) -> Array:
         h = step * np.maximum(np.abs(at), 1e-2)
         k = len(at)
