@@ -26,7 +26,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "jacobian"]
+__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "fixed_solution",
+           "jacobian", "profiled_value"]
 
 Structure = Literal["unstructured", "diagonal"]
 SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
@@ -111,6 +112,28 @@ class GroupSums:
         return xhx, xhy, yhy
 
 
+def fixed_solution(logdet_h: float, xhx: Array, xhy: Array, yhy: float
+                   ) -> tuple[float, float, Array, Array]:
+    """(log|H| + log|X'H^-1 X|, r^2, beta, X'H^-1 X) from H's parts (LinAlgError when
+    X'H^-1 X is not positive definite)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        sign, logdet_x = np.linalg.slogdet(xhx)
+    if not sign > 0 or not np.isfinite(logdet_x):
+        raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
+    beta = np.linalg.solve(xhx, xhy)
+    return logdet_h + float(logdet_x), max(yhy - float(beta @ xhy), 1e-300), beta, xhx
+
+
+def profiled_value(solve: Callable[[Array], tuple[float, float, Array, Array]], at: Array,
+                   dof: int) -> float:
+    """The REML criterion profiled over sigma at `at` (inf where `solve` cannot go)."""
+    try:
+        logdets, rss, _, _ = solve(at)
+    except np.linalg.LinAlgError:
+        return math.inf
+    return logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
+
+
 class RemlCriterion:
     """The REML criterion (-2 log restricted likelihood) as a function of theta (profiled) or
     of (theta, sigma), and the fixed effects' covariance as a function of (theta, sigma)."""
@@ -125,22 +148,10 @@ class RemlCriterion:
         return _lambda(theta, self.sums.q, self.structure)
 
     def _solve(self, theta: Array) -> tuple[float, float, Array, Array]:
-        logdet, xhx, xhy, yhy, _ = self.sums.parts(self.lam(theta))
-        with np.errstate(invalid="ignore", over="ignore"):
-            sign, logdet_x = np.linalg.slogdet(xhx)
-        if not sign > 0 or not np.isfinite(logdet_x):
-            raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
-        beta = np.linalg.solve(xhx, xhy)
-        rss = max(yhy - float(beta @ xhy), 1e-300)
-        return logdet + float(logdet_x), rss, beta, xhx
+        return fixed_solution(*self.sums.parts(self.lam(theta))[:4])
 
     def profiled(self, theta: Array) -> float:
-        try:
-            logdets, rss, _, _ = self._solve(theta)
-        except np.linalg.LinAlgError:
-            return math.inf
-        dof = self.sums.n - self.sums.p
-        return logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
+        return profiled_value(self._solve, theta, self.sums.n - self.sums.p)
 
     def _gradient_parts(self, theta: Array) -> tuple[float, float, Array, Array, Array]:
         """(log|H| + log|X'H^-1 X|, r^2, tr-term matrix, y'P..P y matrix, Lambda) at theta: the

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from retimer.study.lmm import GroupSums, MixedFit, jacobian
+from retimer.study.lmm import GroupSums, MixedFit, fixed_solution, jacobian, profiled_value
 
 __all__ = ["UnboundedCriterion", "fit_unbounded"]
 
@@ -53,22 +53,10 @@ class UnboundedCriterion:
         if not np.all(np.isfinite(eig)) or float(eig.real.min()) <= 1e-10:
             raise np.linalg.LinAlgError("a group's covariance is not positive definite")
         logdet = float(np.log(eig.real).sum())
-        t = m @ np.linalg.inv(b)
-        xhx, xhy, yhy = sums.inner(t)
-        with np.errstate(invalid="ignore", over="ignore"):
-            sign, logdet_x = np.linalg.slogdet(xhx)
-        if not sign > 0 or not np.isfinite(logdet_x):
-            raise np.linalg.LinAlgError("X'H^-1 X is not positive definite")
-        beta = np.linalg.solve(xhx, xhy)
-        return logdet + float(logdet_x), max(yhy - float(beta @ xhy), 1e-300), beta, xhx
+        return fixed_solution(logdet, *sums.inner(m @ np.linalg.inv(b)))
 
     def profiled(self, s: Array) -> float:
-        try:
-            logdets, rss, _, _ = self._solve(s)
-        except np.linalg.LinAlgError:
-            return math.inf
-        dof = self.sums.n - self.sums.p
-        return logdets + dof * (1.0 + math.log(2.0 * math.pi * rss / dof))
+        return profiled_value(self._solve, s, self.sums.n - self.sums.p)
 
     def full(self, varpar: Array) -> float:
         """The unprofiled criterion in (s, sigma)."""
