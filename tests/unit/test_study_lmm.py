@@ -241,3 +241,29 @@ def test_the_omnibus_f_is_hotellings_where_each_person_has_a_free_covariance() -
     f = t2 * (people - 2) / (2 * (people - 1))
     assert (got.f, got.df2) == pytest.approx((f, people - 2), rel=2e-2)
     assert got.p == pytest.approx(float(stats.f.sf(f, 2, people - 2)), rel=5e-2)
+
+
+def test_the_omnibus_f_with_one_variance_per_person_is_the_repeated_measures_anovas() -> None:
+    """Three conditions rated once each, (1 | person): the F is the two-way ANOVA's (condition
+    against the person x condition residual, on 2 and 2 (n - 1) df), exact under sphericity,
+    and is not scaled as where a person's covariance is free."""
+    from scipy import stats
+
+    rng = np.random.default_rng(11)
+    people = 10
+    level = rng.normal(0, 1.2, people)
+    table = np.array([[4 + level[p] + [0, -0.3, -0.6][c] + rng.normal() for c in range(3)]
+                      for p in range(people)])
+    y = table.ravel()
+    person = np.repeat(np.arange(people), 3)
+    condition = np.tile(np.arange(3), people)
+    x = np.c_[np.ones(len(y)), condition == 1, condition == 2].astype(float)
+    fit = fit_mixed(y, x, np.ones((len(y), 1)), person, ("1", "c1", "c2"), ("1",))
+    assert not fit.singular
+    got = fit.f_test([[0, 1, 0], [0, 0, 1]])
+    grand = table.mean()
+    ss_condition = people * float(((table.mean(axis=0) - grand) ** 2).sum())
+    residual = table - table.mean(axis=1, keepdims=True) - table.mean(axis=0) + grand
+    f = (ss_condition / 2) / (float((residual ** 2).sum()) / (2 * (people - 1)))
+    assert (got.f, got.df2) == pytest.approx((f, 2 * (people - 1)), rel=1e-3)
+    assert got.p == pytest.approx(float(stats.f.sf(f, 2, 2 * (people - 1))), rel=1e-3)
