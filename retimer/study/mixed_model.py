@@ -116,6 +116,8 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
         steps.append((list(range(len(maximal_terms))), "diagonal"))
     why: list[str] = []
     method = METHOD
+    labels = {"1": "participant", **{f"condition[{i}]": f"slope {c}"
+                                     for i, c in enumerate(conditions[1:], start=1)}}
     fit = None
     columns: list[int] = []
     structure: Structure = "unstructured"
@@ -136,7 +138,7 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
             negative = [name for name, v in zip(fit.random, np.diag(fit.covariance)) if v < 0]
             if negative:
                 notes.append(f"{scale}: a variance estimated below zero ("
-                             + ", ".join(labels_of(n, conditions) for n in negative)
+                             + ", ".join(labels[n] for n in negative)
                              + "): people differ in it less than the ratings' noise shows; "
                              "its SD is shown as 0")
             elif np.linalg.eigvalsh(fit.covariance).min() < 0:
@@ -162,14 +164,13 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
     assert fit is not None
     terms = [terms_all[i] for i in columns]
     formula = f"{fixed} + {_random_formula(terms, structure, len(conditions))}"
-    labels = {f"condition[{i}]": f"slope {c}" for i, c in enumerate(conditions[1:], start=1)}
-    sds = {("participant" if name == "1" else labels[name]): sd
+    sds = {labels[name]: sd
            for name, sd in fit.sds.items() if name != "residual"}
     sds["residual"] = fit.sigma
     correlations: dict[str, float] = {}
     if structure == "unstructured" and len(terms) > 1:
         cov = fit.covariance
-        keys = ["participant" if t == "1" else labels[t] for t in terms]
+        keys = [labels[t] for t in terms]
         for i in range(len(terms)):
             for j in range(i):
                 if cov[i, i] <= 0 or cov[j, j] <= 0:
@@ -182,13 +183,6 @@ def fit_scale(data: StudyData, scale: str, *, slopes: bool = True) -> ScaleModel
     if terms == ["1"] and fit.singular:
         cap = float(fit.observations - fit.groups - (len(names) - 1))
     return ScaleModel(fit, conditions, report, notes, cap, each_once=not replicated)
-
-
-def labels_of(term: str, conditions: list[str]) -> str:
-    """A random term's name in the report: the participant's level, or a condition's slope."""
-    if term == "1":
-        return "participant"
-    return f"slope {conditions[int(term.split('[')[1].rstrip(']'))]}"
 
 
 def fit_pair(data: StudyData, scale: str, reference: str, condition: str) -> ScaleModel:
