@@ -221,12 +221,14 @@ def test_a_database_gone_away_loses_no_unit_no_turn_and_no_rating(tmp_path: Path
     assert "stopped answering" in err and "answers again" in err and "Traceback" not in err
 
 
-def test_instances_idle_through_an_outage_answer_their_first_calls_after_it(tmp_path: Path, fake: FakeLLM) -> None:
-    """Two instances on one database, both idle while it is stopped and started again: their
-    connections died unseen, yet the first call to each after the restart is answered at once
-    (reconnected, no 503), and the participants' units go on where they were, each with its
-    planned condition (after a restart an idle instance's first study message once passed
-    untimed)."""
+@pytest.mark.parametrize("fault", ["stopped", "hung"])
+def test_instances_idle_through_an_outage_answer_their_first_calls_after_it(
+        tmp_path: Path, fake: FakeLLM, fault: str) -> None:
+    """Two instances on one database, both idle while it is stopped and started again, or hung
+    (every server process SIGSTOPped) and resumed: after a restart their connections died
+    unseen, yet the first call to each after it is answered at once (reconnected, no 503), and
+    the participants' units go on where they were, each with its planned condition (after a
+    restart an idle instance's first study message once passed untimed)."""
     with Postgres() as server:
         study = slow_study(tmp_path)
         a = Instance(tmp_path / "a", study, fake.url, server.url, tmp_path / "conf")
@@ -236,9 +238,14 @@ def test_instances_idle_through_an_outage_answer_their_first_calls_after_it(tmp_
                 r = c.post(f"{proxy.url}/v1/chat/completions", json=body(f"{who} q0"),
                            headers={"X-Retimer-Participant": who})
                 assert r.status_code == 200
-            server.stop("immediate")
-            time.sleep(3)  # nobody calls meanwhile
-            server.start()
+            if fault == "stopped":
+                server.stop("immediate")
+                time.sleep(3)  # nobody calls meanwhile
+                server.start()
+            else:
+                pids = server.hang()
+                time.sleep(3)
+                server.resume(pids)
             answers = []
             for i, (proxy, who) in enumerate(((a, "P1"), (b, "P2"), (b, "P1"), (a, "P2"))):
                 t0 = time.monotonic()  # (a conversation is a unit: each call starts its own)
