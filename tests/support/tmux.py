@@ -36,9 +36,11 @@ class Tmux:
         line = (f"env -u COLUMNS -u LINES {shlex.join(command)}; echo {EXITED} $?; sleep 600")
         self._tmux("new-session", "-d", "-x", str(self.width), "-y", str(self.height), line)
 
-    def screen(self, history: bool = False) -> list[str]:
-        """The visible screen, or everything including what scrolled off (`history`)."""
-        extra = ["-S", "-"] if history else []
+    def screen(self, history: bool = False, joined: bool = False) -> list[str]:
+        """The visible screen, or everything including what scrolled off (`history`); with
+        `joined`, a line the terminal wrapped is one line (as it copies), a printed newline
+        still ends one."""
+        extra = (["-S", "-"] if history else []) + (["-J"] if joined else [])
         out = self._tmux("capture-pane", "-p", *extra).stdout
         return out.rstrip("\n").split("\n")
 

@@ -1,9 +1,15 @@
 """What `retimer` prints once it listens: where, with which timing, and how to point each kind
-of client at it (or, in a study, the blinded lines instead of the timing)."""
+of client at it (or, in a study, the blinded lines instead of the timing).
+
+In a terminal narrower than a line, a line of prose is word-wrapped with its continuation under
+the value column; a command (curl, Python, Node, `retimer run`, a reverse proxy's client
+settings) stays one line, which the terminal soft-wraps and copies whole. Piped, nothing is
+wrapped."""
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -40,61 +46,87 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
     rate = "as upstream" if profile.passthrough else f"{profile.tps:g} tok/s"
     ttft = first_token_text(profile)  # the median wait for the first token, thinking included
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    width = console.width if console.is_terminal else None
+
+    def say(line: str) -> None:
+        console.print(fit(line, width), markup=False)
+
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
     if config.workers > 1:
-        console.print(f"  workers  {config.workers} processes on this one port, balanced by the kernel "
-                      "(SO_REUSEPORT)")
+        say(f"  workers  {config.workers} processes on this one port, balanced by the kernel "
+            "(SO_REUSEPORT)")
     if config.listen_host not in ("127.0.0.1", "localhost", "::1"):
-        console.print(
-            f"  [bold red]warning[/bold red]: {config.listen_host} is reachable from other machines; "
-            "anyone with the proxy credentials can use this proxy"
-        )
+        warning = fit(f"  warning: {config.listen_host} is reachable from other machines; anyone "
+                      "with the proxy credentials can use this proxy", width)
+        console.print(warning.replace("warning", "[bold red]warning[/bold red]", 1), markup=True)
     if config.study_banner:  # blinded: no profile, seed or timing lines
         for line in config.study_banner:
-            console.print(line, markup=False)
+            say(line)
     else:
-        console.print(f"  profile  {profile.effective_name}: TTFT {ttft}, {rate}, seed {seed}")
+        say(f"  profile  {profile.effective_name}: TTFT {ttft}, {rate}, seed {seed}")
         if not profile.passthrough:
-            console.print(f"  thinking {thinking_text(profile)}", markup=False)
+            say(f"  thinking {thinking_text(profile)}")
     extras = [f"strategy {config.strategy}"] if config.strategy != "live" else []
     if profile.speed != 1:
         extras.append(f"speed {profile.speed:g}x")
     if config.cache:
         extras.append(f"cache {Path(config.cache).expanduser()}")
     if extras and not config.study_banner:
-        console.print(f"  timing   {', '.join(extras)}")
+        say(f"  timing   {', '.join(extras)}")
     if config.record:
-        console.print(f"  cassette recording this session's calls into {Path(config.record).expanduser()}",
-                      markup=False)
+        say(f"  cassette recording this session's calls into {Path(config.record).expanduser()}")
     elif config.replay:
         rest = "others go upstream" if config.replay_diverged == "upstream" else "no upstream"
-        console.print(f"  cassette answering calls from {Path(config.replay).expanduser()}, {rest} "
-                      "(any speed)", markup=False)
+        say(f"  cassette answering calls from {Path(config.replay).expanduser()}, {rest} (any speed)")
     elif not profile.passthrough and not config.study_banner:
-        console.print("  note     a live stream is never sped up past its upstream: --record, --replay",
-                      markup=False)
+        say("  note     a live stream is never sped up past its upstream: --record, --replay")
     if config.upstream:
         from retimer.cli.launch.env import proxy_url
         from retimer.proxy.reverse import base_url_hint
 
         listen = proxy_url(config.listen_host, config.listen_port)
-        console.print(f"  reverse  serving {config.upstream} as plain HTTP at {listen}: no proxy or CA needed")
-        console.print(f"  clients  {base_url_hint(config.upstream, listen)}")
-        console.print("  Ctrl-C stops.")
+        say(f"  reverse  serving {config.upstream} as plain HTTP at {listen}: no proxy or CA needed")
+        console.print(f"  clients  {base_url_hint(config.upstream, listen)}", markup=False)  # a command
+        say("  Ctrl-C stops.")
         if config.log:
-            console.print(f"  records  {Path(config.log).expanduser()}")
+            say(f"  records  {Path(config.log).expanduser()}")
         return
-    console.print(f"  CA cert  {ca}")
-    console.print(f"  bundle   {bundle} (system roots + the CA, for SDKs and CLIs)")
-    console.print(f"  curl     curl --proxy {proxy} --cacert {bundle} -N https://api.openai.com/...")
-    console.print(f"  Python   HTTPS_PROXY={proxy} SSL_CERT_FILE={bundle} python app.py")
-    console.print(f"  Node     HTTPS_PROXY={proxy} NODE_USE_ENV_PROXY=1 NODE_EXTRA_CA_CERTS={ca} node app.js")
-    console.print(f"  browser  proxy {config.listen_host}:{config.listen_port} for HTTP and HTTPS; trust {ca}")
-    console.print(f"  PAC      {proxy}/proxy.pac (LLM hosts via retimer, the rest DIRECT)")
-    console.print("  any app  retimer run \\[options] -- COMMAND  (or: eval \"$(retimer env)\")")
-    console.print("  only LLM hosts are intercepted; everything else is tunnelled untouched. Ctrl-C stops.")
+    say(f"  CA cert  {ca}")
+    say(f"  bundle   {bundle} (system roots + the CA, for SDKs and CLIs)")
+    for command in (f"  curl     curl --proxy {proxy} --cacert {bundle} -N https://api.openai.com/...",
+                    f"  Python   HTTPS_PROXY={proxy} SSL_CERT_FILE={bundle} python app.py",
+                    f"  Node     HTTPS_PROXY={proxy} NODE_USE_ENV_PROXY=1 NODE_EXTRA_CA_CERTS={ca} node app.js"):
+        console.print(command, markup=False)
+    say(f"  browser  proxy {config.listen_host}:{config.listen_port} for HTTP and HTTPS; trust {ca}")
+    say(f"  PAC      {proxy}/proxy.pac (LLM hosts via retimer, the rest DIRECT)")
+    console.print('  any app  retimer run [options] -- COMMAND  (or: eval "$(retimer env)")', markup=False)
+    console.print(fit("  only LLM hosts are intercepted; everything else is tunnelled untouched.",
+                      width, indent=4), markup=False)
+    say("  Ctrl-C stops.")
     if config.log:
-        console.print(f"  records  {Path(config.log).expanduser()}")
+        say(f"  records  {Path(config.log).expanduser()}")
+
+
+VALUE_COLUMN = 11  # where a row's value starts ("  bundle   ")
+_GAPS = re.compile(r"( +)")
+
+
+def fit(line: str, width: int | None, indent: int = VALUE_COLUMN) -> str:
+    """`line` word-wrapped to `width` (None or wide enough: as it is), each continuation
+    `indent` columns in: a row's under its value (its first `indent` columns are its label),
+    any other line's two more than its own two. A word that fits no line (a long path) stays
+    where it is, for the terminal to wrap, rather than leave its label alone on a line."""
+    if width is None or len(line) <= width:
+        return line
+    lead = indent if indent == VALUE_COLUMN else indent - 2
+    parts = _GAPS.split(line[lead:])  # words at even places, the spaces between at odd ones
+    out = [line[:lead] + parts[0]]
+    for gap, word in zip(parts[1::2], parts[2::2], strict=True):
+        if len(out[-1]) + len(gap) + len(word) <= width or indent + len(word) > width:
+            out[-1] += gap + word
+        else:
+            out.append(" " * indent + word)
+    return "\n".join(out)
 
 
 def config_profile(config: ProxyConfig) -> Profile:

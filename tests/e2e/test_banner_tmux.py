@@ -1,0 +1,77 @@
+"""The banner in a real terminal (tmux) at 80 and 200 columns, as a user reads it first.
+
+At 80 columns a line of prose wraps between words with its continuation under the value
+column; a command stays one line (the terminal wraps it, and copies it whole). Read joined
+(`capture-pane -J`: a line the terminal wrapped is one line, a printed newline ends one), every
+line but a command fits the window, and each row read back whole is the row as written."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.proxy import free_port
+from tests.support.tmux import Tmux
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = ("  curl     ", "  Python   ", "  Node     ", "  any app  ")
+WHOLE = {  # rows that are longer than 80 columns, as written
+    "study": ["  study    each request's participant from the X-Retimer-Participant header; "
+              "requests naming none are refused",
+              "(the participant rates the latest response there)"],
+    "proxy": ["(system roots + the CA, for SDKs and CLIs)",
+              "  note     a live stream is never sped up past its upstream: --record, --replay"],
+}
+
+
+def _rows(lines: list[str]) -> list[str]:
+    """The banner's rows: a continuation (indented past a row's label) joins its row."""
+    rows: list[str] = []
+    for line in lines:
+        if rows and line.startswith("    ") and not line.startswith(COMMANDS):
+            rows[-1] += " " + line.strip()
+        else:
+            rows.append(line)
+    return rows
+
+
+@pytest.mark.parametrize("width", [80, 200])
+@pytest.mark.parametrize("run", ["proxy", "study"])
+def test_banner_fits_the_terminal(tmp_path: Path, width: int, run: str) -> None:
+    port = free_port()
+    home = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))  # paths as short as a real ~/.retimer's
+    common = ["--listen-port", str(port), "--set", f"confdir={home / 'confdir'}",
+              "--log", str(tmp_path / "records.jsonl")]
+    if run == "study":
+        command = [sys.executable, "-m", "retimer", "study", str(ROOT / "examples" / "study.yaml"), *common]
+    else:
+        command = [sys.executable, "-m", "retimer", "--profile", "cerebras", *common]
+    tmux = Tmux(tmp_path, width, 50)
+    try:
+        tmux.start(command)
+        tmux.wait_for(lambda s: "  Ctrl-C stops." in s, "the banner's last line", 60)
+        lines = [x.rstrip() for x in tmux.screen(joined=True)]
+        lines = lines[:lines.index("  Ctrl-C stops.") + 1]
+        assert lines[0].startswith(f"retimer listening on http://127.0.0.1:{port}"), lines
+        commands = [x for x in lines if x.startswith(COMMANDS)]
+        assert [c[:11] for c in commands] == list(COMMANDS), lines
+        assert commands[0].endswith(" -N https://api.openai.com/...")  # whole, however wide
+        assert commands[-1] == '  any app  retimer run [options] -- COMMAND  (or: eval "$(retimer env)")'
+        too_wide = [x for x in lines if len(x) > width and not x.startswith(COMMANDS)]
+        assert not too_wide, "\n".join(lines)
+        continued = [x for x in lines if x.startswith("    ") and not x.startswith(COMMANDS)]
+        if width >= 200:
+            assert not continued, "\n".join(lines)
+        else:
+            assert continued, "\n".join(lines)
+            assert all(x.startswith(" " * 11) for x in continued), "\n".join(lines)
+        rows = "\n".join(_rows(lines))
+        for text in WHOLE[run]:
+            assert text in rows, rows
+    finally:
+        tmux.close()
+        shutil.rmtree(home, ignore_errors=True)
