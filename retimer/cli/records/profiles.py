@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import sys
 
-from rich.console import Console, JustifyMethod
+from rich import box
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from retimer.cli.cmdline import wrapped
 from retimer.profile.loader import builtin_profiles, load_profile
 from retimer.profile.model import Profile, ProfileError
+
+WIDE_TABLE = 140  # columns from which the table has room for every profile's description
 
 
 def _ms(seconds: float) -> str:
@@ -113,15 +116,39 @@ def print_profiles(args: list[str]) -> None:
             for line in wrapped(p.source):
                 console.print(line, markup=False)
         return
-    table = Table(title="retimer built-in profiles (retimer profiles NAME for details)")
-    columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("name", "left"), ("aliases", "left"), ("TTFT p50", "right"), ("tok/s", "right"),
-        ("thinking (median)", "left"), ("description", "left"))
-    for col, justify in columns:
-        table.add_column(col, justify=justify, overflow="fold")
-    for p in builtin_profiles():
+    narrow = console.width < WIDE_TABLE
+    table = Table(title="retimer built-in profiles (retimer profiles NAME for details)",
+                  box=box.SIMPLE_HEAD if narrow else box.HEAVY_HEAD)
+    profiles = builtin_profiles()
+    if narrow:  # names never folded, aliases under them, one thinking level a line
+        table.add_column("name (aliases)", min_width=max(len(p.name) for p in profiles))
+    else:
+        table.add_column("name", no_wrap=True)
+        table.add_column("aliases", overflow="fold")
+    table.add_column("TTFT p50", justify="right", no_wrap=True)
+    table.add_column("tok/s", justify="right", no_wrap=True)
+    table.add_column("thinking (median)", overflow="fold")
+    if not narrow:
+        table.add_column("description", overflow="fold")
+    for p in profiles:
         ttft = "-" if p.ttft is None else _ms(p.first_token_median())
         tps = "-" if p.tps is None else f"{p.tps:g}"
-        table.add_row(escape(p.name), escape(", ".join(p.aliases)), ttft, tps,
-                      escape(thinking_text(p)), escape(p.description))
+        aliases = escape(", ".join(p.aliases))
+        if narrow:
+            name = escape(p.name) + (f"\n  [dim]{aliases}[/dim]" if aliases else "")
+            table.add_row(name, ttft, tps, escape(thinking_levels(p)))
+        else:
+            table.add_row(escape(p.name), aliases, ttft, tps, escape(thinking_text(p)),
+                          escape(p.description))
     console.print(table)
+    if narrow:
+        console.print(f"(descriptions: in a terminal {WIDE_TABLE}+ columns wide, or retimer profiles NAME)")
+
+
+def thinking_levels(p: Profile) -> str:
+    """`thinking_text` one level a line: the chosen first, then each `--thinking` level's median."""
+    if p.passthrough or p.tps is None:
+        return "-"
+    chosen = "off" if p.reasoning is None else f"{p.thinking} {_ms(p.thinking_median_s())}"
+    return "\n".join([chosen, *(f"{k} {_ms(p.thinking_median_s(k))}" for k, _ in p.thinking_levels
+                                 if k != p.thinking)])

@@ -1,6 +1,7 @@
-"""The banner in a real terminal (tmux) at 80 and 200 columns, as a user reads it first.
+"""What retimer prints first, in a real terminal (tmux) at 80 and 200 columns: the banner and
+`retimer profiles`.
 
-At 80 columns a line of prose wraps between words with its continuation under the value
+The banner: at 80 columns a line of prose wraps between words with its continuation under the value
 column; a command stays one line (the terminal wraps it, and copies it whole). Read joined
 (`capture-pane -J`: a line the terminal wrapped is one line, a printed newline ends one), every
 line but a command fits the window, and each row read back whole is the row as written."""
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from retimer.profile.loader import builtin_profiles
 from tests.support.proxy import free_port
-from tests.support.tmux import Tmux
+from tests.support.tmux import EXITED, Tmux
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMANDS = ("  curl     ", "  Python   ", "  Node     ", "  any app  ")
@@ -75,3 +77,25 @@ def test_banner_fits_the_terminal(tmp_path: Path, width: int, run: str) -> None:
     finally:
         tmux.close()
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_profiles_table_fits_the_terminal(tmp_path: Path, width: int) -> None:
+    """Every line fits; a profile's name and each alias (what a user types) are whole on one
+    line; at 200 columns the descriptions are there too, at 80 a line says where they are."""
+    tmux = Tmux(tmp_path, width, 150)
+    try:
+        tmux.start([sys.executable, "-m", "retimer", "profiles"])
+        tmux.wait_for(lambda s: any(x.startswith(EXITED) for x in s), "the table", 60)
+        lines = [x.rstrip() for x in tmux.screen(joined=True)]
+        lines = lines[:next(i for i, x in enumerate(lines) if x.startswith(EXITED))]
+        assert all(len(x) <= width for x in lines), "\n".join(lines)
+        words = {w.strip(",│┃") for x in lines for w in x.split()}
+        for p in builtin_profiles():
+            assert p.name in words, (p.name, "\n".join(lines))
+            assert set(p.aliases) <= words, (p.aliases, "\n".join(lines))
+            if width >= 200:  # and its description, every word whole
+                assert {w.strip(",") for w in p.description.split()} <= words, p.description
+        assert ("descriptions:" in lines[-1]) is (width < 200), lines[-1]
+    finally:
+        tmux.close()
