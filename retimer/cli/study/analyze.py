@@ -191,8 +191,8 @@ def report_sections(records: list[Record]) -> tuple[list[str], str]:
             stairs = thresholds(records, name)
             sections.append(threshold_section(stairs) if stairs is not None else
                             analysis_section(analyze(collect(records, name))))
-        except AnalysisError as e:
-            notes.append(f"study {name}: {e}")
+        except AnalysisError as e:  # most name their study already
+            notes.append(str(e) if str(e).startswith(f"study {name}") else f"study {name}: {e}")
             sections.append(f'<section class="analysis"><h2>Analysis: study {html.escape(name)}'
                             f"</h2><p>{html.escape(str(e))}</p></section>")
     return sections, "; ".join(notes)
