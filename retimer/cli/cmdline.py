@@ -1,5 +1,6 @@
 """What every `retimer` command shares on the command line: bad input gets one line, no
-traceback, and a mistyped flag, command or value gets the nearest right one to try."""
+traceback, and a mistyped flag, command or value gets the nearest right one to try; text is
+fitted to the terminal it is read in (`wrapped`, `fit`, `fit_report`), never to a pipe."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 import sys
 import textwrap
 from collections.abc import Iterable, Sequence
-from typing import NoReturn
+from typing import NoReturn, TextIO
 
 from retimer.timing.suggest import closest, did_you_mean
 
@@ -60,6 +61,41 @@ def wrapped(text: str, width: int | None = None, indent: str = "    ") -> list[s
         lines += textwrap.wrap(s, width, initial_indent=indent, subsequent_indent=indent + "  ",
                                break_on_hyphens=False)
     return lines
+
+
+_GAPS = re.compile(r"( +)")
+_TABLE_ROW = re.compile(r"^ *\S+(?: \S+)*  +\S")  # columns: two or more spaces after text
+
+
+def terminal_width(stream: TextIO) -> int | None:
+    """The width of the terminal `stream` writes to; None when it is piped or a file (then
+    nothing is wrapped, so what scripts read does not depend on a window)."""
+    return shutil.get_terminal_size().columns if stream.isatty() else None
+
+
+def fit(line: str, width: int | None, hang: int) -> str:
+    """`line` word-wrapped to `width` (None or wide enough: as it is), each continuation `hang`
+    columns in. A word that fits no line (a long path) stays where it is, for the terminal to
+    wrap, rather than leave the words before it alone on a line."""
+    if width is None or len(line) <= width:
+        return line
+    parts = _GAPS.split(line)  # words at even places, the spaces between them at odd ones
+    out = [parts[0]]
+    for gap, word in zip(parts[1::2], parts[2::2], strict=True):
+        if not out[-1].strip() or len(out[-1]) + len(gap) + len(word) <= width \
+                or hang + len(word) > width:
+            out[-1] += gap + word
+        else:
+            out.append(" " * hang + word)
+    return "\n".join(out)
+
+
+def fit_report(line: str, width: int | None) -> str:
+    """A report's line fitted to the terminal: prose wrapped two columns in from its own
+    indent; a table's row (columns apart by two or more spaces) left whole, its columns kept."""
+    if width is None or len(line) <= width or _TABLE_ROW.match(line):
+        return line
+    return fit(line, width, len(line) - len(line.lstrip(" ")) + 2)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -98,19 +98,23 @@ def analysis_lines(analysis: Analysis) -> list[str]:
                 else "") + f"; reference {data.conditions[0]} ({data.reference_from})",
              ""]
     lines += [summary_line(analysis, c) for c in analysis.comparisons]
+    cw = max([len("condition"), *(len(c) for c in data.conditions)]) + 1  # columns as wide as their names
     lines += ["", "manipulation check (medians of the unit streams)",
-              f"  {'condition':<14} {'streams':>7} {'TTFT target':>12} {'got':>8} "
+              f"  {'condition':<{cw}} {'streams':>7} {'TTFT target':>12} {'got':>8} "
               f"{'tok/s target':>13} {'got':>8}"]
     for m in analysis.manipulation:
-        lines.append(f"  {m.condition:<14} {m.streams:>7} {_ms(m.target_ttft_ms):>12} "
+        lines.append(f"  {m.condition:<{cw}} {m.streams:>7} {_ms(m.target_ttft_ms):>12} "
                      f"{_ms(m.ttft_ms):>8} {_rate(m.target_tps):>13} {_rate(m.tps):>8}")
     within = any(d.within_ci for d in analysis.described)
-    lines += ["", "ratings (each participant's mean counts once)",
-              f"  {'scale':<10} {'condition':<14} {'people':>6} {'ratings':>7} {'mean':>5} "
-              f"{'sd':>5}  95 % CI" + ("         within-person 95 % CI" if within else "")]
+    sw = max([len("scale"), *(len(d.scale) for d in analysis.described)]) + 1
+    lines += ["", "ratings (each participant's mean counts once" + (
+                  "; within-person: the 95 % CI with each person's own level taken out, "
+                  "Cousineau-Morey)" if within else ")"),
+              f"  {'scale':<{sw}} {'condition':<{cw}} {'people':>6} {'ratings':>7} {'mean':>5} "
+              f"{'sd':>5}  95 % CI" + ("         within-person" if within else "")]
     for d in analysis.described:
         own = f"  [{_num(d.within_ci[0])}, {_num(d.within_ci[1])}]" if d.within_ci else ""
-        lines.append(f"  {d.scale:<10} {d.condition:<14} {d.participants:>6} {d.ratings:>7} "
+        lines.append(f"  {d.scale:<{sw}} {d.condition:<{cw}} {d.participants:>6} {d.ratings:>7} "
                      f"{_num(d.mean):>5} {_num(d.sd):>5}  {f'[{_num(d.ci[0])}, {_num(d.ci[1])}]':<14}{own}")
     if analysis.omnibus:
         lines += ["", "do the conditions differ at all (before the pairs)"]

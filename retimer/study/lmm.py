@@ -97,7 +97,7 @@ class GroupSums:
         with np.errstate(invalid="ignore", over="ignore"):  # a wild theta: refused below
             sign, logdets = np.linalg.slogdet(a)
         if not np.all(sign > 0) or not np.all(np.isfinite(logdets)):
-            raise np.linalg.LinAlgError("A is not positive definite")
+            raise np.linalg.LinAlgError("its variances grew without bound")
         t = lam @ np.linalg.inv(a) @ lam.T
         xhx, xhy, yhy = self.inner(t)
         return float(logdets.sum()), xhx, xhy, yhy, t

@@ -1,5 +1,5 @@
-"""What retimer prints first, in a real terminal (tmux) at 80 and 200 columns: the banner and
-`retimer profiles`.
+"""What retimer prints, in a real terminal (tmux) at 80 and 200 columns: the banner,
+`retimer profiles` and `retimer study analyze`.
 
 The banner: at 80 columns a line of prose wraps between words with its continuation under the value
 column; a command stays one line (the terminal wraps it, and copies it whole). Read joined
@@ -9,6 +9,7 @@ line but a command fits the window, and each row read back whole is the row as w
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -97,5 +98,30 @@ def test_profiles_table_fits_the_terminal(tmp_path: Path, width: int) -> None:
             if width >= 200:  # and its description, every word whole
                 assert {w.strip(",") for w in p.description.split()} <= words, p.description
         assert ("descriptions:" in lines[-1]) is (width < 200), lines[-1]
+    finally:
+        tmux.close()
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_analysis_report_fits_the_terminal(tmp_path: Path, width: int) -> None:
+    """The walkthrough's two instances' logs analysed: every line fits the window, prose wraps
+    between words, and every word the piped report has is there, in order."""
+    logs = [str(ROOT / "tests" / "fixtures" / "records" / f"hosted-two-instances-{x}.jsonl")
+            for x in "ab"]
+    command = [sys.executable, "-m", "retimer", "study", "analyze", *logs]
+    piped = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    expected = [x for x in piped.stdout.splitlines() if x]
+    assert max(map(len, expected)) > 80  # the report has lines to wrap
+    tmux = Tmux(tmp_path, width, 200)
+    try:
+        tmux.start(command)
+        tmux.wait_for(lambda s: any(x.startswith(EXITED) for x in s), "the report", 120)
+        lines = [x.rstrip() for x in tmux.screen(joined=True)]
+        lines = [x for x in lines[:next(i for i, x in enumerate(lines) if x.startswith(EXITED))] if x]
+        assert all(len(x) <= width for x in lines), "\n".join(lines)
+        assert " ".join(lines).split() == " ".join(expected).split()  # no word split or lost
+        # what fits is as piped (the tables' rows and headings too); the rest is wrapped
+        assert {x for x in expected if len(x) <= width} <= set(lines), "\n".join(lines)
+        assert len(lines) > len(expected)
     finally:
         tmux.close()

@@ -9,12 +9,14 @@ wrapped."""
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retimer.cli.cmdline import fit
 from retimer.cli.proxy.options import ProxyConfig
+
+VALUE_COLUMN = 11  # where a row's value starts ("  bundle   ")
 
 if TYPE_CHECKING:
     from mitmproxy.options import Options
@@ -48,8 +50,8 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
     console = Console(file=sys.stdout, highlight=False, soft_wrap=True)
     width = console.width if console.is_terminal else None
 
-    def say(line: str) -> None:
-        console.print(fit(line, width), markup=False)
+    def say(line: str) -> None:  # a row: its continuation under its value
+        console.print(fit(line, width, hang=VALUE_COLUMN), markup=False)
 
     console.print(f"[bold]retimer[/bold] listening on {proxy}")
     if config.workers > 1:
@@ -57,7 +59,7 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
             "(SO_REUSEPORT)")
     if config.listen_host not in ("127.0.0.1", "localhost", "::1"):
         warning = fit(f"  warning: {config.listen_host} is reachable from other machines; anyone "
-                      "with the proxy credentials can use this proxy", width)
+                      "with the proxy credentials can use this proxy", width, hang=4)
         console.print(warning.replace("warning", "[bold red]warning[/bold red]", 1), markup=True)
     if config.study_banner:  # blinded: no profile, seed or timing lines
         for line in config.study_banner:
@@ -101,32 +103,10 @@ def print_banner(config: ProxyConfig, opts: Options | None, addon: Retimer | Non
     say(f"  PAC      {proxy}/proxy.pac (LLM hosts via retimer, the rest DIRECT)")
     console.print('  any app  retimer run [options] -- COMMAND  (or: eval "$(retimer env)")', markup=False)
     console.print(fit("  only LLM hosts are intercepted; everything else is tunnelled untouched.",
-                      width, indent=4), markup=False)
+                      width, hang=4), markup=False)
     say("  Ctrl-C stops.")
     if config.log:
         say(f"  records  {Path(config.log).expanduser()}")
-
-
-VALUE_COLUMN = 11  # where a row's value starts ("  bundle   ")
-_GAPS = re.compile(r"( +)")
-
-
-def fit(line: str, width: int | None, indent: int = VALUE_COLUMN) -> str:
-    """`line` word-wrapped to `width` (None or wide enough: as it is), each continuation
-    `indent` columns in: a row's under its value (its first `indent` columns are its label),
-    any other line's two more than its own two. A word that fits no line (a long path) stays
-    where it is, for the terminal to wrap, rather than leave its label alone on a line."""
-    if width is None or len(line) <= width:
-        return line
-    lead = indent if indent == VALUE_COLUMN else indent - 2
-    parts = _GAPS.split(line[lead:])  # words at even places, the spaces between at odd ones
-    out = [line[:lead] + parts[0]]
-    for gap, word in zip(parts[1::2], parts[2::2], strict=True):
-        if len(out[-1]) + len(gap) + len(word) <= width or indent + len(word) > width:
-            out[-1] += gap + word
-        else:
-            out.append(" " * indent + word)
-    return "\n".join(out)
 
 
 def config_profile(config: ProxyConfig) -> Profile:

@@ -17,7 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, TypedDict
 
-from retimer.cli.cmdline import OneLineParser, fail
+from retimer.cli.cmdline import OneLineParser, fail, fit_report, terminal_width
 
 if TYPE_CHECKING:
     from retimer.records.schema import Record
@@ -111,11 +111,12 @@ def main(argv: list[str]) -> None:
             figures["power"] = finite({**power, "assumptions": asdict(power["assumptions"])})
         print(json.dumps(figures, indent=2, allow_nan=False), file=out)
     else:
+        width = terminal_width(out)
         for line in analysis_lines(analysis):
-            print(line, file=out)
+            print(fit_report(line, width), file=out)
         if power is not None:
             for line in _power_lines(power):
-                print(line, file=out)
+                print(fit_report(line, width), file=out)
     if args.html:
         try:
             Path(args.html).expanduser().write_text(analysis_html(analysis), encoding="utf-8")
@@ -133,8 +134,9 @@ def _staircase(args: argparse.Namespace, stairs: Thresholds) -> None:
     if args.json:
         print(json.dumps(threshold_json(stairs), indent=2))
     else:
+        width = terminal_width(sys.stdout)
         for line in threshold_lines(stairs):
-            print(line)
+            print(fit_report(line, width))
     if args.html:
         from retimer.study.analysis_view import page
 
