@@ -113,9 +113,11 @@ def test_the_walkthroughs_study_file_is_a_valid_hosted_study(tmp_path: Path) -> 
     assert limits.study_requests_per_hour and limits.new_participants_per_minute
     shown = step.split("**Content-controlled tasks.**", 1)[0].rsplit("```\n", 2)[-2].splitlines()[1:]
     (tmp_path / "dinner-study.yaml").write_text(block)
+    # 140 words a second in chunks of 14: a loaded machine's late sleeps (one per chunk) cannot
+    # bring it near the slow condition's 95 tok/s, as a late sleep per word did (hunt 6)
     reply = make_openai_stream("A quick weeknight dinner: pasta with lemon and spinach. " * 6,
-                               words_per_chunk=1)
-    with FakeLLM(reply, per_event_gap=1 / 140, first_delay=0.62) as upstream:
+                               words_per_chunk=14)
+    with FakeLLM(reply, per_event_gap=0.1, first_delay=0.62) as upstream:
         pilot = subprocess.run([sys.executable, "-m", "retimer", "study", "dinner-study.yaml",
                                 "--pilot", "5", "--upstream", upstream.url], capture_output=True,
                                text=True, timeout=120, cwd=tmp_path,
@@ -852,7 +854,9 @@ def test_a_page_study_replays_a_cassette_its_pilot_recorded(tmp_path: Path) -> N
     study.write_text(yaml.safe_dump({
         "name": "replayed", "seed": 8, "unit": "conversation", "counterbalancing": "latin-square",
         "participant_ids": "numbered",
-        "conditions": [{"name": "instant", "profile": "gpt-5", "ttft": "50ms", "tps": 15000,
+        # instant: faster than the pilot's upstream (0.6 s), with room for a loaded machine's
+        # replay to start (at 50 ms, a replay under a busy test run came late: hunt 6)
+        "conditions": [{"name": "instant", "profile": "gpt-5", "ttft": "300ms", "tps": 15000,
                         "jitter": 0},
                        {"name": "slow", "profile": "gpt-5", "ttft": "900ms", "tps": 40, "jitter": 0}],
         "page": {"model": "study-model", "system": "Be brief.", "completion": {"code": "RP"},
