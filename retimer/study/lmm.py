@@ -26,11 +26,15 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "fixed_solution",
+__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "fixed_solution", "simplex_ftol",
            "jacobian", "profiled_value"]
 
 Structure = Literal["unstructured", "diagonal"]
 SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
+# the simplex's criterion tolerance, relative to the criterion's size: the REML criterion of a
+# few hundred ratings is ~3,000 and its rounding noise ~1e-10, so an absolute 1e-10 (or 1e-11)
+# is never met and the search runs to its iteration cap, then reports no convergence
+SIMPLEX_FTOL = 1e-12
 Array = NDArray[np.float64]
 
 
@@ -336,6 +340,11 @@ class MixedFit:
         return FTest(f, k, df2, float(stats.f.sf(f, k, df2)))
 
 
+def simplex_ftol(value: float) -> float:
+    """Nelder-Mead's `fatol` for a criterion of about `value`: above its rounding noise."""
+    return SIMPLEX_FTOL * max(1.0, abs(value)) if math.isfinite(value) else 1e-10
+
+
 def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tuple[str, ...],
               random: tuple[str, ...], structure: Structure = "unstructured") -> MixedFit:
     """REML fit of y = X beta + Z b_group + e, b ~ N(0, Sigma) per group, e ~ N(0, sigma^2).
@@ -366,7 +375,8 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
     success = bool(best.success) or float(np.abs(projected).max()) < 1e-4
     if not success:  # a rough surface: the simplex, which needs no gradient
         polish = optimize.minimize(crit.profiled, best.x, method="Nelder-Mead",
-                                   options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
+                                   options={"xatol": 1e-8, "fatol": simplex_ftol(best.fun),
+                                            "maxiter": 4000})
         if polish.fun <= best.fun:
             theta, success = np.asarray(polish.x), bool(polish.success)
     theta = np.where(crit.diagonal, np.abs(theta), theta)  # Lambda's sign is free

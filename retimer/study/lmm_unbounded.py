@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
-from retimer.study.lmm import GroupSums, MixedFit, fixed_solution, jacobian, profiled_value
+from retimer.study.lmm import GroupSums, MixedFit, fixed_solution, jacobian, profiled_value, simplex_ftol
 
 __all__ = ["UnboundedCriterion", "fit_unbounded"]
 
@@ -104,7 +104,8 @@ def fit_unbounded(constrained: MixedFit, y: Array, x: Array, z: Array,
     crit = UnboundedCriterion(sums)
     start = (constrained.covariance / constrained.sigma ** 2)[crit.index]
     best = optimize.minimize(crit.profiled, start, method="Nelder-Mead",
-                             options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 20000,
+                             options={"xatol": 1e-9, "fatol": simplex_ftol(constrained.criterion),
+                                      "maxiter": 20000,
                                       "initial_simplex": _simplex(start)})
     s = np.asarray(best.x)
     value = crit.profiled(s)
