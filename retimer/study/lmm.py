@@ -26,8 +26,10 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "fixed_solution", "simplex_ftol",
-           "jacobian", "profiled_value"]
+from retimer.study.derivatives import hessian_of_gradient, jacobian
+
+__all__ = ["Contrast", "FTest", "GroupSums", "MixedFit", "RemlCriterion", "fit_mixed", "fixed_solution",
+           "profiled_value", "simplex_ftol"]
 
 Structure = Literal["unstructured", "diagonal"]
 SINGULAR = 1e-4  # a relative SD (theta's diagonal) below this is at its boundary: lme4's rule
@@ -214,36 +216,6 @@ class RemlCriterion:
         return sigma ** 2 * np.linalg.inv(xhx)
 
 
-STEP = 1e-2  # relative finite-difference step; halved once for Richardson's extrapolation
-
-
-def _richardson(estimate: Callable[[float], Array]) -> Array:
-    """A central difference's O(h^2) error removed: (4 D(h/2) - D(h)) / 3. With the REML
-    criterion near 10^3 a step much below 1e-3 loses the curvature to rounding."""
-    return (4 * estimate(STEP / 2) - estimate(STEP)) / 3
-
-
-def _hessian_of_gradient(gradient: Callable[[Array], Array], at: Array) -> Array:
-    """The Hessian as the Jacobian of an exact gradient (2k gradients, not O(k^2) values),
-    symmetrised."""
-    h = jacobian(gradient, at)
-    return (h + h.T) / 2
-
-
-def jacobian(f: Callable[[Array], Array], at: Array) -> Array:
-    """d f / d at for a matrix-valued f, shape (k, *f.shape), by central differences."""
-    def estimate(step: float) -> Array:
-        h = step * np.maximum(np.abs(at), 1e-2)
-        parts = []
-        for i in range(len(at)):
-            e = np.zeros(len(at))
-            e[i] = h[i]
-            parts.append((f(at + e) - f(at - e)) / (2 * h[i]))
-        return np.asarray(parts)
-
-    return _richardson(estimate)
-
-
 @dataclass(frozen=True)
 class MixedFit:
     """A fitted model: the fixed effects (`names`, `beta`, `vcov`), the random effects' SDs and
@@ -407,7 +379,7 @@ def fit_mixed(y: Array, x: Array, z: Array, groups: NDArray[np.int64], names: tu
         whole[sub] = v
         return crit.vcov(whole)
 
-    hess = _hessian_of_gradient(gradient_sub, varpar[sub])
+    hess = hessian_of_gradient(gradient_sub, varpar[sub])
     try:
         cov_varpar = 2.0 * np.linalg.inv(hess)
         eig = np.linalg.eigvalsh(hess)

@@ -16,17 +16,16 @@ the maximal model still: only its variances' bound is lifted, while every group'
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
-from retimer.study.lmm import GroupSums, MixedFit, fixed_solution, jacobian, profiled_value, simplex_ftol
+from retimer.study.derivatives import hessian, jacobian
+from retimer.study.lmm import GroupSums, MixedFit, fixed_solution, profiled_value, simplex_ftol
 
 __all__ = ["UnboundedCriterion", "fit_unbounded"]
 
 Array = NDArray[np.float64]
-STEP = 1e-3  # the Hessian's relative finite-difference step (Richardson-extrapolated)
 
 
 class UnboundedCriterion:
@@ -73,24 +72,6 @@ class UnboundedCriterion:
         return float(varpar[-1]) ** 2 * np.linalg.inv(xhx)
 
 
-def _hessian(f: Callable[[Array], float], at: Array) -> Array:
-    """The Hessian of a scalar function by central differences, Richardson-extrapolated."""
-    def estimate(step: float) -> Array:
-        h = step * np.maximum(np.abs(at), 1e-2)
-        k = len(at)
-        out = np.zeros((k, k))
-        for i in range(k):
-            for j in range(i, k):
-                ei, ej = np.zeros(k), np.zeros(k)
-                ei[i], ej[j] = h[i], h[j]
-                value = (f(at + ei + ej) - f(at + ei - ej) - f(at - ei + ej) + f(at - ei - ej)) \
-                    / (4 * h[i] * h[j])
-                out[i, j] = out[j, i] = value
-        return out
-
-    return (4 * estimate(STEP / 2) - estimate(STEP)) / 3
-
-
 def fit_unbounded(constrained: MixedFit, y: Array, x: Array, z: Array,
                   groups: NDArray[np.int64]) -> MixedFit | None:
     """The model of `constrained` (its fixed and random terms) refitted with no bound on its
@@ -116,7 +97,7 @@ def fit_unbounded(constrained: MixedFit, y: Array, x: Array, z: Array,
     varpar = np.r_[s, sigma]
     # the df's derivatives step around the optimum: one that lies so near the edge of the
     # positive-definite region that a step leaves it cannot be tested this way
-    hess = _hessian(crit.full, varpar)
+    hess = hessian(crit.full, varpar)
     if not np.all(np.isfinite(hess)):
         return None
     try:
