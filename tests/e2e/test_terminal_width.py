@@ -1,5 +1,5 @@
 """What retimer prints, in a real terminal (tmux) at 80 and 200 columns: the banner,
-`retimer profiles` and `retimer study analyze`.
+`retimer profiles`, `retimer study analyze` and the first command's (`scripts/retimer`) own lines.
 
 The banner: at 80 columns a line of prose wraps between words with its continuation under the value
 column; a command stays one line (the terminal wraps it, and copies it whole). Read joined
@@ -125,3 +125,40 @@ def test_analysis_report_fits_the_terminal(tmp_path: Path, width: int) -> None:
         assert len(lines) > len(expected)
     finally:
         tmux.close()
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_first_commands_own_lines_wrap_between_words(tmp_path: Path, width: int) -> None:
+    """`scripts/retimer`'s own lines (here "installing retimer ... from CLONE with INSTALLER",
+    then a bad installer's error: nothing is installed) wrap between words in a terminal
+    narrower than them, and stay one line in a wide one. The clone is reached by a path that
+    fits a line but not beside the rest (a word longer than the line is still folded)."""
+    home = Path(tempfile.mkdtemp(prefix="rt-", dir="/tmp"))
+    clone = home / "projects" / "a-clone-of-retimer-with-a-long-folder-name"
+    clone.parent.mkdir()
+    clone.symlink_to(ROOT)
+    env = ["env", f"XDG_DATA_HOME={tmp_path / 'data'}", f"XDG_BIN_HOME={tmp_path / 'bin'}",
+           "RETIMER_INSTALLER=conda"]
+    tmux = Tmux(tmp_path, width, 30)
+    try:
+        tmux.start([*env, str(clone / "scripts" / "retimer")])
+        screen = tmux.wait_for(lambda s: any(EXITED in x for x in s), "the script's exit", 60)
+        lines = [x.rstrip() for x in screen if x.strip()]
+        end = next(i for i, x in enumerate(lines) if EXITED in x)
+        assert lines[end] == f"{EXITED} 2", lines
+        printed = " ".join(lines[:end])
+        installing = (f"retimer: installing retimer {retimer_version()} from {clone} with conda "
+                      "(runtime dependencies only)")
+        error = "retimer: error: RETIMER_INSTALLER=conda: use uv, pipx or venv"
+        assert printed == f"{installing} {error}", "\n".join(lines)  # no word cut in two
+        assert all(len(x) <= width for x in lines[:end]), "\n".join(lines)
+        assert (end == 2) == (width >= len(installing)), "\n".join(lines)
+    finally:
+        tmux.close()
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def retimer_version() -> str:
+    import retimer
+
+    return retimer.__version__
