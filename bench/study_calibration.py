@@ -70,7 +70,8 @@ def observed_effect(design: Design, draws: int = 1_000_000) -> float:
     noise = rng.normal(0.0, 1.0, (2, draws))
     own = rng.normal(0.0, design.slope_sd, draws) if design.slope_sd else 0.0
     positions = design.units * design.conditions
-    period = 0.0 if design.kind == "within" else 0.15 * rng.integers(0, positions, (2, draws))
+    period = 0.0 if design.kind == "within" else \
+        0.15 * (rng.integers(0, positions, (2, draws)) - (positions - 1) / 2)  # centred, as simulated
 
     def score(latent: np.ndarray) -> np.ndarray:
         return np.clip(np.rint(latent), 1, 7)
@@ -216,7 +217,8 @@ def _table(results: list[Calibration], sims: int, seconds: float,
              "Written by `python -m bench.study_calibration` (bench/study_calibration.py): "
              f"{sims} simulated null studies and {sims} with an effect per design, "
              f"{seconds / 60:.0f} minutes on {os.cpu_count()} cores ({platform.python_version()}).",
-             "Ratings: person SD 0.8, residual SD 1.0, a period drift of 0.15 per position, "
+             "Ratings: person SD 0.8, residual SD 1.0, a period drift of 0.15 per position (centred on "
+             "the session's middle), "
              "rounded to 1-7; the effect "
              f"{EFFECT:+g} (latent) for the second condition, twice it for the third.",
              f"Bounds: Type I error {TYPE_I[0]:.1%}-{TYPE_I[1]:.1%}, coverage "

@@ -66,12 +66,18 @@ def test_power_is_the_reported_tests_own(design: str, units: int) -> None:
     """--power from a pilot large enough to know its variance (120 people whose effects spread
     with SD 0.6) against 150 simulated studies of 12 like it, each analysed by the test the
     analysis reports: within 10 percentage points (issue 39: it simulated a t test of the
-    residual alone, and recommended 16 participants where 32 were needed)."""
+    residual alone, and recommended 16 participants where 32 were needed). The power asked for
+    is that of the effect the simulated studies have on the recorded scale (a latent -0.5,
+    rounded and clipped to 1-7, is about -0.48 there: the calibration's `observed_effect`)."""
+    from bench.study_calibration import Design, observed_effect
     from retimer.study.power import power_table
 
     pilot = analyze(collect(simulate_records(design, ["fast", "slow"], 120, units, [0.0, -0.5],
                                              seed=3, slope_sd=0.6)), checks=False)
-    rows, _, assumed = power_table(pilot, -0.5)
+    per_condition = units // 2 if design == "latin-square" else units
+    recorded = observed_effect(Design(design, 12, per_condition, 0.6, 2))
+    assert -0.5 < recorded < -0.45
+    rows, _, assumed = power_table(pilot, recorded)
     predicted = next(r.power for r in rows if r.participants == 12)
     found = sum(analyze(collect(simulate_records(design, ["fast", "slow"], 12, units,
                                                  [0.0, -0.5], seed=60_000 + s, slope_sd=0.6)),
