@@ -135,12 +135,13 @@ def analysis_lines(analysis: Analysis) -> list[str]:
             lines.append(f"  simpler than the design's maximal model ({model.maximal}): "
                          f"{model.simplified}")
     lines += _secondary_lines(analysis)
-    left = [f"  {n} {reason}" for reason, n in data.excluded.most_common()]
+    left = [f"  {n} {_counted(n, reason)}" for reason, n in data.excluded.most_common()]
     if data.unrated_units:
         left.append(f"  {data.unrated_units} unit response{'s' if data.unrated_units != 1 else ''}"
                     " with no rating")
     if data.unrated:
-        left.append(f"  {len(data.unrated)} participants with streams but no ratings: "
+        left.append(f"  {len(data.unrated)} {_counted(len(data.unrated), 'participants')} with "
+                    "streams but no ratings: "
                     f"{_names(data.unrated)}")
     if one := data.one_condition:
         left.append(f"  {len(one)} participant{'s' if len(one) != 1 else ''} rated one "
@@ -151,6 +152,23 @@ def analysis_lines(analysis: Analysis) -> list[str]:
     if analysis.software:
         lines += ["", "software: " + ", ".join(f"{k} {v}" for k, v in analysis.software.items())]
     return lines
+
+
+_NOUNS = {"lines": "line", "streams": "stream", "ratings": "rating", "responses": "response",
+          "participants": "participant"}
+
+
+def _counted(n: int, phrase: str) -> str:
+    """`phrase` (which names a plural: "responses the upstream paced") after the number `n`:
+    its first plural noun made singular for 1 ("1 response the upstream paced")."""
+    if n != 1:
+        return phrase
+    words = phrase.split(" ")
+    for i, word in enumerate(words):
+        if word in _NOUNS:
+            words[i] = _NOUNS[word]
+            break
+    return " ".join(words)
 
 
 def _names(people: list[str]) -> str:

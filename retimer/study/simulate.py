@@ -37,14 +37,16 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
                      noise_sd: float = 1.0, base: float = 4.0, drift: float = 0.15,
                      slope_sd: float = 0.0,
                      scale: str = "speed", study: str = "simulated",
-                     upstream_bound: float = 0.0) -> list[Record]:
+                     upstream_bound: float = 0.0, slow_below: float | None = None) -> list[Record]:
     """Stream and rating records of a simulated study.
 
     `effects[i]` is condition i's effect in rating points (effects[0], the reference's, is
     usually 0). between: each participant rates `units` units of one condition (participants
     take the conditions in turn); within: every participant rates each condition once, in the
     same order; latin-square: `units` units in their row of a Williams square. A share
-    `upstream_bound` of the streams is marked as paced by the upstream."""
+    `upstream_bound` of the streams is marked as paced by the upstream. With `slow_below`, the
+    participant also answers the page's "did this feel slow?": yes when the response's latent
+    rating, with noise of its own (noise_sd), is below it (None: the question is not asked)."""
     import numpy as np
 
     if design not in DESIGNS:
@@ -72,12 +74,14 @@ def simulate_records(design: str, conditions: Sequence[str], participants: int, 
             latent = base + offset + effects[c] + own[c] + period + rng.normal(0.0, noise_sd)
             score = int(min(7, max(1, round(float(latent)))))
             bound = bool(rng.random() < upstream_bound)
+            slow = None if slow_below is None else \
+                bool(latent + rng.normal(0.0, noise_sd) < slow_below)
             tags = StudyTags(study, person, conditions[c], position)
             records.append(StreamRecord(
                 id=stream, study=tags, outcome="complete", upstream_bound=bound,
                 target=Target(100.0 * (c + 1), 50.0 * (n - c)),
                 emitted=Side(ttft_ms=100.0 * (c + 1) + 2, tps=50.0 * (n - c) - 1)))
-            records.append(Rating(stream=stream, scores={scale: score}, study=study,
+            records.append(Rating(stream=stream, scores={scale: score}, slow=slow, study=study,
                                   participant=person, condition=conditions[c], unit=position))
     return records
 

@@ -406,3 +406,39 @@ def test_a_large_studys_unbounded_refit_converges() -> None:
     assert len(result.comparisons) == 3
     assert all(c.df == pytest.approx(23, abs=1.0) for c in result.comparisons), \
         [c.df for c in result.comparisons]
+
+
+DINNER_STUDY = """name: dinner-study
+seed: 9
+unit: conversation
+counterbalancing: latin-square
+conditions:
+  - name: fast
+    profile: cerebras
+  - name: slow
+    profile: gpt-5
+"""
+
+
+def test_the_docs_example_analysis_is_what_the_command_prints(tmp_path: Path) -> None:
+    """docs/studies.md's example analysis is this simulated study's, as the command prints it
+    (the software line's versions aside): every figure a reader sees there is held here."""
+    records = simulate_records("latin-square", ["fast", "slow"], 24, 4, [0.0, -1.0], seed=1,
+                               slope_sd=0.6, upstream_bound=0.03, study="dinner-study",
+                               slow_below=3.5)
+    (tmp_path / "dinner.jsonl").write_text(jsonl(records))
+    (tmp_path / "dinner-study.yaml").write_text(DINNER_STUDY)
+    done = subprocess.run([sys.executable, "-m", "retimer", "study", "analyze", "dinner.jsonl",
+                           "--study", "dinner-study.yaml", "--power", "0.5"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = (ROOT / "docs" / "studies.md").read_text()
+    start = doc.index("```\n", doc.index("The analysis of an example study")) + 4
+    shown = doc[start:doc.index("```\n", start)].splitlines()
+    printed = done.stdout.splitlines()
+    software = [i for i, line in enumerate(printed) if line.startswith("software: ")]
+    assert len(software) == 1 and shown[software[0]].startswith("software: retimer "), shown
+    assert shown[:software[0]] + shown[software[0] + 1:] == \
+        printed[:software[0]] + printed[software[0] + 1:]
+    assert "  1 response the upstream paced (upstream-bound)" in printed  # not "1 responses"
+    assert any(line.startswith("called slow (the page's yes/no question): fast ") for line in printed)
