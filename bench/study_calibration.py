@@ -28,6 +28,7 @@ import time  # noqa: E402
 from dataclasses import asdict, dataclass  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from multiprocessing import Pool  # noqa: E402
+from multiprocessing.pool import Pool as WorkerPool  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 EFFECT = -0.5  # the second condition's latent effect in the alternative (the third: twice it)
@@ -70,16 +71,15 @@ def observed_effect(design: Design, draws: int = 1_000_000) -> float:
     noise = rng.normal(0.0, 1.0, (2, draws))
     own = rng.normal(0.0, design.slope_sd, draws) if design.slope_sd else 0.0
     positions = design.units * design.conditions
-    period = 0.0 if design.kind == "within" else \
-        0.15 * (rng.integers(0, positions, (2, draws)) - (positions - 1) / 2)  # centred, as simulated
+    # centred, as simulated; a fixed order (within) has no drift
+    period = np.zeros((2, draws)) if design.kind == "within" else \
+        0.15 * (rng.integers(0, positions, (2, draws)) - (positions - 1) / 2)
 
     def score(latent: np.ndarray) -> np.ndarray:
         return np.clip(np.rint(latent), 1, 7)
 
-    ref = score(4.0 + person + period[0] + noise[0] if design.kind != "within"
-                else 4.0 + person + noise[0])
-    second = score(4.0 + person + EFFECT + own + (period[1] if design.kind != "within" else 0.0)
-                   + noise[1])
+    ref = score(4.0 + person + period[0] + noise[0])
+    second = score(4.0 + person + EFFECT + own + period[1] + noise[1])
     return float(second.mean() - ref.mean())
 
 
@@ -125,7 +125,7 @@ class Calibration:
                 and COVERAGE[0] <= self.coverage <= COVERAGE[1])
 
 
-def calibrate(design: Design, sims: int, pool: Pool) -> Calibration:  # type: ignore[valid-type]
+def calibrate(design: Design, sims: int, pool: WorkerPool) -> Calibration:
     from retimer.study.analysis import analyze
     from retimer.study.analysis_data import collect
     from retimer.study.simulate import simulate_records
@@ -201,7 +201,7 @@ def _one_staircase(args: tuple[float, int, int]) -> tuple[int, int, bool, int, i
 
 
 def calibrate_staircase(spread: float, participants: int, sims: int,
-                        pool: Pool) -> StaircaseCalibration:  # type: ignore[valid-type]
+                        pool: WorkerPool) -> StaircaseCalibration:
     runs = pool.map(_one_staircase, [(spread, participants, 900_000 + s) for s in range(sims)],
                     chunksize=10)
     people = sum(r[1] for r in runs)
