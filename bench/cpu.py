@@ -5,7 +5,10 @@ Issue 15's measure for a cheaper proxy. Three routes through the same fake upstr
 round by round in rotating order so the machine's load falls on all of them alike:
 - `mitmdump`: plain mitmdump streaming the body through (the floor);
 - `passthrough`: retimer with `--profile passthrough` on the same streams (target: <= 1.1x);
-- `paced`: retimer re-timing concurrent streams, one token per network event.
+- `paced`: retimer re-timing concurrent streams, one token per network event;
+- `floor`: the same concurrent streams paced by a bare asyncio proxy (bench.floor_proxy: one
+  loop timer and one write per event, no parsing, no mitmproxy), as many events each: what a
+  paced event costs any pacer in Python before it does retimer's work (issue 41's floor).
 CPU is the proxy process's (user + system, /proc schedstat) from the first request to the last
 byte, divided by the SSE events the client received. Also, in this process: the CPU from a
 10,000-token burst arriving in one chunk to its first emission (the pacer alone). To compare
@@ -105,7 +108,32 @@ def _events(results: list[dict[str, Any]]) -> int:
     return sum(len(r["events"]) for r in results)
 
 
-ROUTES = ("mitmdump", "passthrough", "paced")
+ROUTES = ("mitmdump", "passthrough", "paced", "floor")
+
+
+class FloorProxy:
+    """bench.floor_proxy in a process of its own, paced as the paced route's profile."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.floor_proxy", "--ttft", "0.1", "--gap", str(1 / float(PACED_TPS))],
+            cwd=Path(__file__).resolve().parent.parent, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout
+        line = self.proc.stdout.readline().split()
+        if line[:1] != ["listening"]:
+            self.stop()
+            raise RuntimeError("bench.floor_proxy did not start")
+        self.url = f"http://127.0.0.1:{line[1]}"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+    def __enter__(self) -> FloorProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...] = ROUTES,
@@ -113,7 +141,7 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
     """CPU per event of each route in `only`, summed over `rounds` rounds in rotating order;
     with `baseline`, that checkout's retimer routes too (`<route>@base`)."""
     if baseline is not None:
-        only = (*only, *(f"{r}@base" for r in only if r != "mitmdump"))
+        only = (*only, *(f"{r}@base" for r in only if r not in ("mitmdump", "floor")))
     cpu: dict[str, float] = dict.fromkeys(only, 0.0)
     events: dict[str, int] = dict.fromkeys(cpu, 0)
     paced_args = ("--profile", "human-reading", "--tps", PACED_TPS, "--ttft", "100ms",
@@ -135,8 +163,11 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
             Mitmdump(tmp / "mitmdump") as md:
         assert md.proc
         routes = {"mitmdump": (md.url, md.proc.pid)}
+        if "floor" in only:
+            floor = stack.enter_context(FloorProxy())
+            routes["floor"] = (floor.url, floor.proc.pid)
         for name in only:
-            if name == "mitmdump":
+            if name in ("mitmdump", "floor"):
                 continue
             route, _, base = name.partition("@")
             rt = stack.enter_context(retimer(name, *route_args[route], code=baseline if base else None))
@@ -144,11 +175,13 @@ def measure(rounds: int, cprofile: Path | None, tmp: Path, only: tuple[str, ...]
             routes[name] = (rt.url, rt.proc.pid)
         pass_body = make_openai_stream(prose(PASS_TOKENS, 9), words_per_chunk=1)
         paced_body = make_openai_stream(prose(PACED_TOKENS, 11), words_per_chunk=3)
+        floor_body = make_openai_stream(prose(PACED_TOKENS, 11), words_per_chunk=1)  # an event a word
 
         def play(name: str, tag: str) -> None:
             url, pid = routes[name]
-            if name.startswith("paced"):
-                fake.per_event_gap, fake.openai_body = None, paced_body
+            if name.startswith(("paced", "floor")):
+                fake.per_event_gap = None
+                fake.openai_body = floor_body if name == "floor" else paced_body
                 specs = [stream_spec(fake, "openai", f"{tag}-{i}", warmup=False)
                          for i in range(PACED_STREAMS)]
                 concurrent = True
