@@ -3,10 +3,11 @@
 Issue 41's bound for bench.scaling's one-worker rows: N streams of 200 tokens at T tok/s
 (one event a word, TTFT 400 ms) through bench.floor_proxy, the bare asyncio pacing proxy (one
 loop timer and one write per event, no parsing, no mitmproxy), driven by the raw-socket client
-as bench.scaling drives retimer, started within 1 s and in one instant. Prints the proxy's CPU
-per event and each event's lateness after its stream's first (how much later than the first
-event plus i gaps it reached the client): what any pacer in Python on asyncio spends and keeps
-before it does retimer's work. Nothing here asserts timing.
+as bench.scaling drives retimer, started within 1 s and in one instant. Prints a table of the
+proxy's CPU per event and each event's lateness after its stream's first (how much later than
+the first event plus i gaps it reached the client; `--json FILE` also writes it): what any
+pacer in Python on asyncio spends and keeps before it does retimer's work. Nothing here
+asserts timing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import json
 import random
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 from bench.harness import ROOT, Client, FakeLLM, cpu_seconds, make_openai_stream, pct, progress, prose, stream_spec
@@ -66,16 +68,34 @@ def measure(counts: list[int], tps: float, seed: int = 7) -> list[dict[str, Any]
     return rows
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| streams | start | proxy CPU us/event | lateness after the first p50 / p99 / max ms |",
+             "|---|---|---:|---|"]
+    for r in rows:
+        late = r["lateness_after_first_ms"]
+        start = "same instant" if r["within_s"] == 0 else f"within {r['within_s']:g} s"
+        lines.append(f"| {r['streams']} | {start} | {r['cpu_us_per_event']:.1f} | "
+                     f"{late['p50']:.2f} / {late['p99']:.2f} / {late['max']:.1f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="200,400", help="comma-separated counts (default 200,400)")
     ap.add_argument("--tps", type=float, default=50.0)
+    ap.add_argument("--json", type=Path, metavar="FILE", help="also write the rows here")
     args = ap.parse_args()
     try:
         counts = [int(n) for n in args.streams.split(",") if n]
     except ValueError:
         ap.error(f"--streams: whole numbers separated by commas, not {args.streams!r}")
-    print(json.dumps(measure(counts, args.tps), indent=1))
+    if args.tps <= 0:
+        ap.error(f"--tps: a positive rate, not {args.tps:g}")
+    rows = measure(counts, args.tps)
+    print(table(rows))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import h11
 import pytest
 
-from bench.floor import lateness_after_first
+from bench.floor import lateness_after_first, table
 from bench.harness import ROOT
 from tests.support.proxy import free_port, wait_listening
 from tests.support.stream_bodies import make_openai_stream
@@ -86,3 +86,12 @@ def test_lateness_after_first_is_each_events_delay_past_its_slot() -> None:
     late = lateness_after_first(events, 0.02)
     assert late == pytest.approx([0.0, 0.0, 0.01, 0.0])
     assert lateness_after_first([], 0.02) == []
+
+
+def test_the_floor_table_says_what_each_row_measured() -> None:
+    rows = [{"streams": 400, "within_s": 1.0, "events": 10, "cpu_us_per_event": 20.14,
+             "lateness_after_first_ms": {"p50": 0.18, "p99": 1.27, "max": 4.5}},
+            {"streams": 400, "within_s": 0.0, "events": 10, "cpu_us_per_event": 21.0,
+             "lateness_after_first_ms": {"p50": -0.05, "p99": 1.87, "max": 6.8}}]
+    assert table(rows).splitlines()[2:] == ["| 400 | within 1 s | 20.1 | 0.18 / 1.27 / 4.5 |",
+                                            "| 400 | same instant | 21.0 | -0.05 / 1.87 / 6.8 |"]

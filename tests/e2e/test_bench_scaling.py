@@ -83,6 +83,10 @@ def test_report_verdicts_follow_the_bounds() -> None:
     text = done_when(rows)
     assert "p99 4.90 ms (bound 5 ms): **met**" in text
     assert "(bound 50 ms): **not met**" in text
+    assert "this run has none" not in text
+    # a run of `--workers 1` alone (issue 41's) is not called a quick run
+    assert done_when([_row(1, 200, 1.0, 4.0)]).splitlines()[0] == (
+        "- (issue 15's figures need `--workers 2` rows at 200 streams; this run has none)")
     m = model(rows, nproc=2)
     assert m is not None and m["streams"] == 200 and m["per_core"] == 200  # 1e6 / (100 us x 50)
     assert m["headroom"] == 200 * 100 * 50 / 1e6 / 1.0  # 2 cores - client and upstream's 1.0
