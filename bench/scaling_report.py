@@ -121,9 +121,9 @@ def done_when(rows: list[dict[str, Any]]) -> str:
                      f"**{'met' if max(rec, cli) <= TTFT_P99_MS else 'not met'}**"
                      + (f" (`--workers 1`: {one['proxy_ttft_err_p']['p99']:.1f} / "
                         f"{one['client_ttft_err_p']['p99']:.1f} ms)" if one else ""))
-    for burst, what in ((False, "started within 1 s"), (True, "sent in the same instant")):
-        stopped = _row(rows, 2, DONE_STREAMS, burst, stopped=True)
-        if stopped and not _row(rows, 2, DONE_STREAMS, burst):
+    for instant, what in ((False, "started within 1 s"), (True, "sent in the same instant")):
+        stopped = _row(rows, 2, DONE_STREAMS, instant, stopped=True)
+        if stopped and not _row(rows, 2, DONE_STREAMS, instant):
             lines.append(f"- {DONE_STREAMS} {what}, `--workers 2`: timed out after "
                          f"{stopped['timed_out_s']:.0f} s: **not met**")
     if not lines:
