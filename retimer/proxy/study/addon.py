@@ -44,10 +44,11 @@ from retimer.proxy.study.state import (
     UnitFields,
 )
 from retimer.proxy.study.stateworker import StateWorker
+from retimer.proxy.study.units import Link, following_fields, unit_fields
 from retimer.records.notices import INFEASIBLE_CONDITION
 from retimer.records.schema import Rating, Record, StreamRecord
 from retimer.records.writer import RecordSource, record_line
-from retimer.study.conversation import conversation_key, is_unit_request, response_links
+from retimer.study.conversation import is_unit_request, response_links
 from retimer.study.design import StudyDesign, StudyError
 from retimer.study.participants import (
     Identified,
@@ -57,14 +58,12 @@ from retimer.study.participants import (
     identify,
 )
 from retimer.study.pilot import RunningFeasibility
-from retimer.study.staircase import position_after
 from retimer.wire.protocols.base import RequestShape
 
 log = logging.getLogger(__name__)
 PAGE_PREFIX = "/study"  # the hosted study page's addresses, when the study has one
 WARNED = 20  # distinct refusal reasons logged per run (then silent: no log flood)
 WAIT_NOTED_S = 0.05  # a request that waited longer than this for the state says so in its record
-Link = tuple[str, str, str]  # STUDY_LINK_KEY: (link kind, conversation key, participant)
 
 
 class Study:
@@ -201,8 +200,8 @@ class Study:
         def job() -> tuple[UnitFields, Link | None]:
             with self.state.transaction():  # the position and the latest unit, together
                 if not unit:
-                    return self._following(design, participant), None
-                fields, link = self._unit(design, shape, participant, conversation, flow.id)
+                    return following_fields(self.state, design, participant), None
+                fields, link = unit_fields(self.state, design, shape, participant, conversation, flow.id)
                 self.state.set_current(participant, fields)
             return fields, link
         return job
@@ -219,23 +218,6 @@ class Study:
             fields = {**fields, "state_wait_ms": round(waited * 1000.0, 1)}
         flow.metadata[PROFILE_KEY] = self.profiles[condition]
         flow.metadata[RECORD_KEY] = fields
-
-    def _following(self, design: StudyDesign, participant: str) -> UnitFields:
-        """A request that is not a unit: the condition of the participant's latest unit."""
-        if (current := self.state.current(participant)) is not None:
-            fields: UnitFields = {**current, "unit": None}
-            fields.pop("conversation", None)
-            return fields
-        arrival = self._arrival(design, participant)
-        fields = {"study": design.name, "participant": participant,
-                  "condition": design.condition(participant, 0, arrival=arrival).name, "unit": None}
-        if arrival is not None:
-            fields["arrival"] = arrival
-        return fields
-
-    def _arrival(self, design: StudyDesign, participant: str) -> int | None:
-        """The participant's place in arrival order, when the study assigns by it."""
-        return self.state.arrival(participant) if design.participant_ids == "arrival" else None
 
     def _identify(self, flow: http.HTTPFlow, design: StudyDesign) -> str | None:
         """The request's participant; None when it names nobody usable, after refusing it or
@@ -274,43 +256,6 @@ class Study:
         if message not in self.warned and len(self.warned) < WARNED:
             self.warned.add(message)
             log.warning(message)
-
-    def _unit(
-        self, design: StudyDesign, shape: RequestShape, participant: str, known: str | None = None,
-        request: str | None = None,
-    ) -> tuple[UnitFields, Link | None]:
-        key: str | None = None
-        conversation: str | None = None
-        link: Link | None = None
-        state = self.state
-        if design.unit == "participant":
-            index = 0
-        elif design.unit == "request":
-            index = state.next_request(participant, request)
-        else:
-            ident = conversation_key(shape)
-            key = known or state.alias_of(participant, ident.key)
-            index = state.conversation(participant, key)
-            if ident.links and known is None:
-                link = (ident.links, key, participant)
-            conversation = design.short_hash(key)
-        stairs = design.staircase
-        arrival = self._arrival(design, participant)
-        if stairs is None:
-            condition = design.condition(participant, index, key, arrival)
-        else:
-            condition = design.conditions[state.unit_level(
-                participant, index, lambda answered: position_after(stairs, answered).level)]
-        fields: UnitFields = {"study": design.name, "participant": participant,
-                              "condition": condition.name, "unit": index}
-        if conversation is not None:
-            fields["conversation"] = conversation
-        if arrival is not None:
-            fields["arrival"] = arrival
-        if stairs is not None:
-            fields["level"] = stairs.levels[design.names.index(condition.name)]
-            fields["staircase"] = stairs.describe()
-        return fields, link
 
     async def answered(self, participant: str, unit: object, rating: Rating) -> None:
         """A rating was written: in a staircase study, its answer sets the participant's next

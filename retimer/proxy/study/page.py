@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from mitmproxy import ctx, exceptions, http
 
 from retimer.proxy.hooks import PAGE_TURN_KEY, StreamHandle
-from retimer.proxy.study.addon import Link, Study
+from retimer.proxy.study.addon import Study
 from retimer.proxy.study.page_keys import (
     ADMIN_ENV,
     ADMIN_FILE,
@@ -49,6 +49,7 @@ from retimer.proxy.study.page_state import PageState, Progress
 from retimer.proxy.study.state import SharedState, UnitFields
 from retimer.proxy.study.statedb import StateError, StateUnavailable
 from retimer.proxy.study.stateworker import StateWorker
+from retimer.proxy.study.units import Link
 from retimer.records.reader import LogError, read_lines, read_logs
 from retimer.records.schema import ParticipantEvent, Rating, Record, StreamRecord
 from retimer.records.writer import RecordSource
