@@ -19,8 +19,9 @@ import yaml
 from retimer.proxy.study.files import load_study
 from retimer.records.export import COLUMNS
 from retimer.study.conversation import conversation_key, is_unit_request, response_links
-from retimer.study.design import StudyDesign, StudyError, parse_study, williams_square
+from retimer.study.design import StudyDesign, StudyError, williams_square
 from retimer.study.ratings import RatingError, parse_rating
+from retimer.study.study_file import parse_study
 from retimer.wire.protocols.base import RequestShape
 from tests.support.proxy import RetimerProxy, run_cli
 from tests.support.stream_bodies import make_anthropic_stream, make_openai_stream

@@ -100,7 +100,7 @@ def test_the_walkthroughs_study_file_is_a_valid_hosted_study(tmp_path: Path) -> 
     sends what the page's calls send (the cap under OpenAI's name, the extra fields)."""
     import os
 
-    from retimer.study.design import parse_study
+    from retimer.study.study_file import parse_study
     from tests.support.stream_bodies import make_openai_stream
 
     text = (Path(__file__).parents[2] / "docs" / "studies.md").read_text()

@@ -17,7 +17,7 @@ import yaml
 
 from retimer.proxy.study.files import load_study
 from retimer.proxy.study.state import MemoryState, SharedState, StateError
-from retimer.study.design import StudyError, parse_study
+from retimer.study.design import StudyError
 from retimer.study.participants import (
     Identified,
     Invalid,
@@ -28,6 +28,7 @@ from retimer.study.participants import (
     parse_participants,
     parse_roster,
 )
+from retimer.study.study_file import parse_study
 from tests.support.proxy import RetimerProxy, free_port, run_cli
 from tests.support.study import CONDITIONS, TEXT, ManyProxy
 from tests.support.upstream import FakeLLM

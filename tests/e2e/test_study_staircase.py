@@ -23,7 +23,7 @@ import yaml
 
 from retimer.proxy.study.state import MemoryState, SharedState
 from retimer.records.schema import Rating, Record, StreamRecord
-from retimer.study.design import StudyError, parse_study
+from retimer.study.design import StudyError
 from retimer.study.simulate import feels_slow, simulate_staircase
 from retimer.study.staircase import (
     Answer,
@@ -33,6 +33,7 @@ from retimer.study.staircase import (
     parse_staircase,
     position_after,
 )
+from retimer.study.study_file import parse_study
 from retimer.study.threshold import collect_trials, fit_thresholds, thresholds
 from retimer.study.threshold_view import threshold_json, threshold_summary
 from tests.support.paths import ROOT

@@ -21,7 +21,7 @@ from retimer.cli.records.profiles import first_token_text, thinking_text, timing
 from retimer.profile.loader import builtin_profiles, load_profile
 from retimer.profile.model import EXPLICIT_SPEED_BASE, Profile, ProfileError, base_profile_name
 from retimer.profile.settings import ProfileSettings
-from retimer.study.design import parse_study, resolve_conditions
+from retimer.study.study_file import parse_study, resolve_conditions
 from retimer.wire.prompt import PromptInfo, estimate_prompt
 
 # what a person types to try a model: one short chat turn (a handful of tokens)

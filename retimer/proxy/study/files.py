@@ -11,8 +11,9 @@ from pathlib import Path
 
 from retimer.profile.loader import load_profile, read_yaml
 from retimer.profile.model import Profile, ProfileError
-from retimer.study.design import StudyDesign, StudyError, parse_study, resolve_conditions
+from retimer.study.design import StudyDesign, StudyError
 from retimer.study.participants import ParticipantError, Roster, parse_roster
+from retimer.study.study_file import parse_study, resolve_conditions
 
 __all__ = ["load_roster", "load_study"]
 
