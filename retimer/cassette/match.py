@@ -9,20 +9,22 @@ preference, among the recorded calls not used yet:
    order varies);
 2. **matched loosely**: the same, but tool outputs may differ (the `loose` digests);
 3. **diverged**: none of them. The caller sends the call upstream when it has one, or answers
-   it with an error in the API's own shape.
+   it with an error in the API's own shape (`diverged_error`).
 A conversation that grew (an agent's next turn) is a new call, never a match for an earlier
 one: the messages are compared whole.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 from retimer.cassette.shape import CallShape
 
-__all__ = ["CassetteMatcher", "Match", "Verdict"]
+__all__ = ["CassetteMatcher", "Match", "Verdict", "described", "diverged_error", "diverged_message"]
 
 
 class Match(Enum):
@@ -94,3 +96,30 @@ class CassetteMatcher:
     def unused(self) -> list[int]:
         """Recorded calls no live call took (a replay that ended early, or diverged)."""
         return [i for i in range(len(self.recorded)) if i not in self.used]
+
+
+def described(verdict: Verdict) -> dict[str, Any]:
+    """A verdict as the record's `cassette` field holds it."""
+    return {"match": verdict.match.value,
+            "call": None if verdict.index is None else verdict.index + 1,
+            "reason": verdict.reason}
+
+
+def diverged_message(verdict: Verdict, what: str) -> str:
+    """Why a call (`what`) got no recorded answer, and what to do."""
+    return (f"retimer cassette: {what} that matches no recorded call ({verdict.reason}); "
+            "record the session again, or replay with --replay-diverged upstream")
+
+
+def diverged_error(verdict: Verdict, what: str, *, event: bool = False) -> bytes:
+    """The error a call that diverged gets, in the shape the APIs give theirs (an `error` with
+    a `type` and a `message`, and the fields OpenAI, Anthropic and Gemini clients look for);
+    on a WebSocket, the Responses API's error event (a `status`, a string `code`)."""
+    message = diverged_message(verdict, what)
+    if event:
+        return json.dumps({"type": "error", "status": 400, "error": {
+            "type": "invalid_request_error", "code": "retimer_cassette_diverged",
+            "message": message}}).encode()
+    return json.dumps({"type": "error", "error": {
+        "type": "retimer_cassette_diverged", "code": 400, "status": "FAILED_PRECONDITION",
+        "message": message}}).encode()

@@ -10,13 +10,14 @@ from retimer.proxy.addon import Retimer
 from retimer.proxy.bridge import PacingBridge
 from retimer.proxy.bridge.pacing import check_internals
 from retimer.proxy.cache_addon import ResponseCache
-from retimer.proxy.cassette_addon import Cassettes, UpstreamBoundNotice
+from retimer.proxy.cassette_addon import Cassettes
 from retimer.proxy.health import HealthCheck
 from retimer.proxy.pac import PacServer
 from retimer.proxy.safety import Safety
 from retimer.proxy.study.addon import Study
 from retimer.proxy.study.page import StudyPage
 from retimer.proxy.tunnels import LoopbackTunnels
+from retimer.proxy.upstream_notice import UpstreamBoundNotice
 from retimer.records.writer import RecordLog
 
 

@@ -19,7 +19,6 @@ one that matches none gets gRPC's error status instead of a 400.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections import Counter
@@ -32,7 +31,7 @@ from mitmproxy.addonmanager import Loader
 
 from retimer.cache.entry import new_entry, storable_headers
 from retimer.cassette.format import CassetteCall, UpstreamTiming
-from retimer.cassette.match import CassetteMatcher, Match, Verdict
+from retimer.cassette.match import CassetteMatcher, Match, Verdict, described, diverged_error, diverged_message
 from retimer.cassette.shape import call_shape
 from retimer.cassette.store import CassetteError, CassetteWriter, read_cassette
 from retimer.proxy.cache_addon import ReplayServer
@@ -51,7 +50,6 @@ from retimer.proxy.hooks import (
     STREAM_KEY,
     StreamHandle,
 )
-from retimer.records.notices import UPSTREAM_BOUND
 from retimer.records.redact import redact_url
 from retimer.records.schema import StreamRecord
 from retimer.wire.classify import is_llm_call
@@ -66,7 +64,6 @@ DIVERGED = ("error", "upstream")
 SOCKET = "WEBSOCKET"  # the method of a WebSocket turn's shape
 GRPC_FAILED_PRECONDITION = "9"  # gRPC's status for "the system is not in the state required"
 DIVERGED_AT_ONCE = 3  # calls that diverged, none replayed, before the replay says it is lost
-NOTICE_AFTER = 5  # streams seen before a run is called mostly upstream-bound
 
 
 class Cassettes:
@@ -177,7 +174,7 @@ class Cassettes:
             return
         verdict = matcher.match(call_shape(request.method, request.path, body))
         self._count(verdict)
-        flow.metadata[CASSETTE_KEY] = _described(verdict)
+        flow.metadata[CASSETTE_KEY] = described(verdict)
         if verdict.index is not None:
             found = self.calls[verdict.index]
             if found.trailers is not None:
@@ -190,12 +187,12 @@ class Cassettes:
             return
         codec = envelope_codec(ctype)
         if codec is not None and codec[0] == "grpc":  # gRPC's own error: a trailers-only answer
-            message = _diverged_message(verdict, "a call")
+            message = diverged_message(verdict, "a call")
             flow.response = http.Response.make(200, b"", {
                 "content-type": ctype, "grpc-status": GRPC_FAILED_PRECONDITION,
                 "grpc-message": quote(message, safe=" ,;:()'/-_.")})
             return
-        flow.response = http.Response.make(400, _diverged_error(verdict, "a call"),
+        flow.response = http.Response.make(400, diverged_error(verdict, "a call"),
                                            {"content-type": "application/json"})
 
     def error(self, flow: http.HTTPFlow) -> None:
@@ -330,10 +327,10 @@ class Cassettes:
         if not recorded:
             verdict = Verdict(Match.DIVERGED, None, "the cassette holds no WebSocket on this path")
             self._count(verdict)
-            flow.metadata[CASSETTE_KEY] = _described(verdict)
+            flow.metadata[CASSETTE_KEY] = described(verdict)
             logger.warning(f"retimer: cassette: a WebSocket to {path} diverged: {verdict.reason}")
             if ctx.options.retimer_replay_diverged != "upstream":
-                flow.response = http.Response.make(400, _diverged_error(verdict, "a WebSocket"),
+                flow.response = http.Response.make(400, diverged_error(verdict, "a WebSocket"),
                                                    {"content-type": "application/json"})
             return
         first: list[tuple[bytes, bool]] = []
@@ -341,7 +338,7 @@ class Cassettes:
         if any(c.turn == 0 for c in recorded):
             verdict = matcher.match(call_shape(SOCKET, path, b""))
             self._count(verdict)
-            turns[0] = _described(verdict)
+            turns[0] = described(verdict)
             if verdict.index is not None:
                 first = decode_messages(self.calls[verdict.index].entry.body)
         flow.metadata[CASSETTE_TURNS_KEY] = turns
@@ -354,61 +351,9 @@ class Cassettes:
         assert matcher is not None
         verdict = matcher.match(call_shape(SOCKET, flow.request.path, asked))
         self._count(verdict)
-        flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = _described(verdict)
+        flow.metadata.setdefault(CASSETTE_TURNS_KEY, {})[turn] = described(verdict)
         if verdict.index is not None:
             return decode_messages(self.calls[verdict.index].entry.body)
         logger.warning(f"retimer: cassette: a WebSocket turn on {redact_url(flow.request.path)} diverged: "
                        f"{verdict.reason}")
-        return [(_diverged_error(verdict, "a WebSocket turn", event=True), True)]
-
-
-def _described(verdict: Verdict) -> dict[str, Any]:
-    """A verdict as the record's `cassette` field holds it."""
-    return {"match": verdict.match.value,
-            "call": None if verdict.index is None else verdict.index + 1,
-            "reason": verdict.reason}
-
-
-def _diverged_message(verdict: Verdict, what: str) -> str:
-    """Why a call (`what`) got no recorded answer, and what to do."""
-    return (f"retimer cassette: {what} that matches no recorded call ({verdict.reason}); "
-            "record the session again, or replay with --replay-diverged upstream")
-
-
-def _diverged_error(verdict: Verdict, what: str, *, event: bool = False) -> bytes:
-    """The error a call that diverged gets, in the shape the APIs give theirs (an `error` with
-    a `type` and a `message`, and the fields OpenAI, Anthropic and Gemini clients look for);
-    on a WebSocket, the Responses API's error event (a `status`, a string `code`)."""
-    message = _diverged_message(verdict, what)
-    if event:
-        return json.dumps({"type": "error", "status": 400, "error": {
-            "type": "invalid_request_error", "code": "retimer_cassette_diverged",
-            "message": message}}).encode()
-    return json.dumps({"type": "error", "error": {
-        "type": "retimer_cassette_diverged", "code": 400, "status": "FAILED_PRECONDITION",
-        "message": message}}).encode()
-
-
-class UpstreamBoundNotice:
-    """Says once, when most of a run's streams so far were upstream-bound (and at least
-    NOTICE_AFTER were seen), that a live stream cannot be made faster than its upstream sends
-    it, and how to feel that speed anyway. Study streams are left to the study's own warning
-    (it names no condition), replayed ones cannot be upstream-bound."""
-
-    def __init__(self) -> None:
-        self.seen = 0
-        self.bound = 0
-        self.said = False
-
-    def retimer_record(self, record: StreamRecord) -> None:
-        if self.said or record.study is not None or record.upstream_bound is None:
-            return
-        self.seen += 1
-        self.bound += record.upstream_bound
-        if self.seen >= NOTICE_AFTER and self.bound * 2 > self.seen:
-            self.said = True
-            logger.warning(
-                f"retimer: {self.bound} of the {self.seen} streams so far were upstream-bound: "
-                f"the upstream is slower than the profile, and {UPSTREAM_BOUND}. "
-                "To feel this speed, record the session once "
-                "(--record DIR) and replay it (--replay DIR); see docs/cli.md.")
+        return [(diverged_error(verdict, "a WebSocket turn", event=True), True)]
