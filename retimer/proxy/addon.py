@@ -29,6 +29,9 @@ from retimer.proxy.bridge.websocket import WebSocketPacing
 from retimer.proxy.flows import (
     destination_host,
     is_llm_websocket,
+    prompt_of,
+    prompt_scope,
+    reframe,
     request_body,
     request_start,
     stream_record,
@@ -58,7 +61,7 @@ from retimer.timing.strategy import Strategy, parse_strategy
 from retimer.timing.whole import plan_whole_answer
 from retimer.wire.classify import Treatment, Verdict, classify
 from retimer.wire.encoding import Decoder
-from retimer.wire.prompt import PromptCache, PromptInfo, TurnPrompts, estimate_prompt
+from retimer.wire.prompt import PromptCache, PromptInfo, TurnPrompts
 from retimer.wire.protocols.base import Adapter, RequestShape
 from retimer.wire.protocols.websocket import WebSocketMessageAdapter, turn_request
 from retimer.wire.whole import timing_line
@@ -258,7 +261,7 @@ class Retimer:
         assert verdict.adapter is not None
         # a passthrough body goes as it came, encoding and framing included (the bridge counts it)
         if not self.profile_for(flow).passthrough:
-            _reframe(response, flow.request.http_version)
+            reframe(response, flow.request.http_version)
         start = time.monotonic() - max(0.0, time.time() - request_start(flow))
         pacer, index = self._pacer(verdict.adapter, start, verdict.decoder, strategy=self.strategy, flow=flow)
         flow.metadata[STREAM_KEY] = {"index": index, "protocol": verdict.adapter.name}
@@ -306,7 +309,7 @@ class Retimer:
         self.streams += 1
         stream = new_stream(
             self.profile_for(flow), adapter, start, seed=self.seed, index=index,
-            prompt=prompt or (_prompt_of(flow) if flow is not None else None), cache=self.prompt_cache,
+            prompt=prompt or (prompt_of(flow) if flow is not None else None), cache=self.prompt_cache,
             now=time.monotonic(), decoder=decoder, strategy=strategy,
         )
         if stream.prompt_seen is not None and flow is not None:
@@ -331,7 +334,7 @@ class Retimer:
                         answered: int) -> tuple[StreamPacer, int]:
         """A turn's pacer; its prompt is the client message that opened it (none for turn 0),
         continuing the turn before's when it names it (`TurnPrompts`)."""
-        prompt = prompts.estimate(turn_request(asked), _prompt_scope(flow), answered)
+        prompt = prompts.estimate(turn_request(asked), prompt_scope(flow), answered)
         return self._pacer(WebSocketMessageAdapter(), start, flow=flow, prompt=prompt)
 
     def _websocket_done(self, flow: http.HTTPFlow, turn: Turn, end: float, outcome: str) -> None:
@@ -378,30 +381,9 @@ class Retimer:
                              end if end is not None else time.monotonic(), outcome, index, turn)
 
 
-def _prompt_scope(flow: http.HTTPFlow) -> str:
-    """What separates prompt caches: the host and the path's model part."""
-    return destination_host(flow) + flow.request.path.split("?", 1)[0].split(":", 1)[0]
-
-
-def _prompt_of(flow: http.HTTPFlow) -> PromptInfo:
-    """The request's prompt estimate."""
-    return estimate_prompt(request_body(flow), scope=_prompt_scope(flow))
-
-
 def _collect_if_idle(addon: Retimer) -> None:
     if addon.active or addon.websockets.sockets or addon.bridge.active:
         return
     if time.monotonic() - addon.last_request < IDLE_AFTER_S:
         return
     addon.full_passes.collect()
-
-
-def _reframe(response: http.Response, request_version: str) -> None:
-    """A re-timed body is sent decoded, and split events change its length: frame it by
-    chunks (an HTTP/1.1 client), by frames (h2), or, where HTTP/1.0 is spoken, by closing."""
-    if "content-encoding" in response.headers:
-        del response.headers["content-encoding"]
-    if "content-length" in response.headers:
-        del response.headers["content-length"]
-        if request_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
-            response.headers["transfer-encoding"] = "chunked"

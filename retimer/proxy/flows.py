@@ -1,4 +1,5 @@
-"""What retimer reads from a mitmproxy flow: where it goes, and the record of its stream.
+"""What retimer reads from a mitmproxy flow: where it goes, its prompt, and the record of its stream
+(and how a re-timed response is framed).
 
 A record (retimer.records.schema.StreamRecord) holds the URL (secret-looking query values
 redacted), the protocol, the profile and timing figures: never request headers, cookies,
@@ -31,6 +32,7 @@ from retimer.records.redact import redact_url
 from retimer.records.schema import Model, Side, StreamRecord, Target
 from retimer.timing.pacer import StreamPacer
 from retimer.wire.hosts import is_llm_host
+from retimer.wire.prompt import PromptInfo, estimate_prompt
 from retimer.wire.protocols.websocket import is_llm_websocket_path
 from retimer.wire.request import RequestBody
 
@@ -160,3 +162,24 @@ def stream_record(
         cache=flow.metadata.get(CACHE_KEY),  # hit | miss | stored (cache_addon)
         cassette=_cassette_match(flow, turn),  # a replayed call's match (cassette_addon)
     )
+
+
+def prompt_scope(flow: http.HTTPFlow) -> str:
+    """What separates prompt caches: the host and the path's model part."""
+    return destination_host(flow) + flow.request.path.split("?", 1)[0].split(":", 1)[0]
+
+
+def prompt_of(flow: http.HTTPFlow) -> PromptInfo:
+    """The request's prompt estimate."""
+    return estimate_prompt(request_body(flow), scope=prompt_scope(flow))
+
+
+def reframe(response: http.Response, request_version: str) -> None:
+    """A re-timed body is sent decoded, and split events change its length: frame it by
+    chunks (an HTTP/1.1 client), by frames (h2), or, where HTTP/1.0 is spoken, by closing."""
+    if "content-encoding" in response.headers:
+        del response.headers["content-encoding"]
+    if "content-length" in response.headers:
+        del response.headers["content-length"]
+        if request_version == "HTTP/1.1" and response.http_version != "HTTP/1.0":
+            response.headers["transfer-encoding"] = "chunked"
