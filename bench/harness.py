@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -163,7 +163,7 @@ class ProcSampler:
         """One sample, on the sampler's thread (bench.scaling's sampler takes other ones)."""
         self.samples.append((time.monotonic(), memory_kb(self.pid), cpu_seconds(self.pid)))
 
-    def __enter__(self) -> ProcSampler:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -116,7 +116,9 @@ async def connect(proxy: str | None, spec: dict[str, Any], timeout: float) -> St
     flow machinery and upstream connection before the timed request)."""
     target = urlsplit(proxy or spec["url"])
     loop = asyncio.get_running_loop()
-    transport, reads = await loop.create_connection(Reads, target.hostname, target.port)
+    if target.hostname is None:
+        raise ValueError(f"no host in {proxy or spec['url']!r}")
+    transport, reads = await loop.create_connection(Reads, target.hostname, target.port or 80)
     conn = h11.Connection(h11.CLIENT)
     if spec.get("warmup"):
         transport.write(request_bytes(conn, "GET", spec["warmup"], proxy is not None, {}))

@@ -313,7 +313,11 @@ def measure(plan: ScalePlan, seed: int, tmp: Path, raw: bool = True,
             limit = row_timeout_s or row_timeout(n, spread, plan.tokens)
             work = functools.partial(run_row, client, fake, p, n, spread, plan.tokens, seed, rng, raw,
                                      idle_pids(proxies, p))
-            got = within(limit, work, lambda: (client.kill(), p.kill()))
+            def stop() -> None:
+                client.kill()
+                p.kill()
+
+            got = within(limit, work, stop)
             if got is not None:
                 rows.append(got)
                 return
