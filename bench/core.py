@@ -53,6 +53,8 @@ def measure(repeat: int, streams: int) -> dict[str, float]:
             for i in list(live):
                 step = playouts[i].step(now[i], None)
                 emissions += bool(step.data)
+                if step.data and step.end is None:
+                    playouts[i].parse_ahead(now[i], step.wake)  # as the proxy's driver, after its write
                 if step.end is not None:
                     live.remove(i)
                 else:

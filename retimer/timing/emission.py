@@ -24,7 +24,10 @@ WINDOW_S = 0.0013  # on waking, send everything due within this window (> the he
 LONG_SLEEP_S = 0.004  # sleeps longer than this wake a little earlier still (measured in bench/)
 LONG_SLEEP_EARLY_S = 0.0004
 MAX_SLEEP_S = 1.0  # a holding stream wakes at least this often (drain, keep-alives)
-PARSE_AHEAD_S = 0.05  # after a send, the pacer parses (a slice at most) what falls due this soon
+PARSE_AHEAD_S = 0.05  # after a write, once the pacer has parsed no further than this ahead,
+PARSE_BATCH_S = 0.5  # it parses this far ahead in one batch (Playout.parse_ahead),
+PARSE_BATCH_STEPS = 32  # at most this many network events (about 0.25 ms of CPU warm),
+PARSE_BATCH_SLACK_S = 0.004  # when its next wake is at least this far off (a slower stream)
 
 
 def to_send(pacer: StreamPacer, now: float, draining: bool) -> list[Emission]:

@@ -151,20 +151,34 @@ class StreamPacer(EventGrouper):
         else:
             self._outbox.push(Emission(now, data, 0, None))
 
-    def prepare(self, until: float) -> None:
-        """Parse ahead, at most one slice, what falls due by `until`: the caller calls this
-        right after a send, so parsing is done before tokens fall due, not when they do."""
-        self._pump(until, slices=1)
+    def prepare(self, until: float, batch_until: float, steps: int | None) -> None:
+        """Parse ahead: the caller calls this right after a send, so parsing is done before
+        tokens fall due, not when they do. Only once the schedule reaches no further than
+        `until`, and then in one batch, as far as `batch_until`, at most `steps` steps (a
+        network event, an event or a slice each; None: no bound) and one slice of bytes.
 
-    def _pump(self, until: float, *, queued: bool = False, slices: int | None = None) -> None:
+        Why in batches (BENCHMARKS.md, "Session 30"): in the proxy, between two wakes of a
+        stream, mitmproxy and the other streams push its objects out of the CPU's caches, and
+        the same parsing costs about three times as much cold as warm; a batch pays the cold
+        start once for many network events."""
+        if self._outbox.horizon <= until:
+            self._pump(batch_until, slices=1, steps=steps)
+
+    def _pump(self, until: float, *, queued: bool = False, slices: int | None = None,
+              steps: int | None = None) -> None:
         """Work through the backlog as far as the schedule needs: until everything due by
         `until` is scheduled (and, with `queued`, at least one emission is queued). In order:
         the pieces of a split event (one network event at a time), the events parsed, the
-        bytes (a slice at a time), then, after the upstream ended, the adapter's end."""
+        bytes (a slice at a time), then, after the upstream ended, the adapter's end.
+        `slices` and `steps` bound the work of one call (None: no bound)."""
         backlog, outbox = self._backlog, self._outbox
         events = backlog.events
         # a BROKEN body still gets what was decoded before the break (at once, it would have)
         while outbox.horizon <= until or (queued and not outbox.pending):
+            if steps is not None:
+                if steps == 0:
+                    break  # the batch is done: the rest when the schedule needs it
+                steps -= 1
             arrival = None
             try:  # each step calls the adapter: see `_failed`
                 if backlog.split is not None:

@@ -3,9 +3,10 @@
 The shell (the proxy's pacing bridge) owns the clock, the timers and the connection; this owns
 every decision between them. It feeds upstream bytes (`feed`), the upstream's clean end (`end`)
 or its breaking off (`abort`), and on every wake asks `step(now, armed)`: the bytes to write now,
-whether a new timer is needed and when, and whether the stream is over. Behind `step` sit the
-stream's `StreamPacer` (parsing, the timing model, chunking) and `retimer.timing.emission`'s
-policy (the send window, keep-alives, how early to wake). A passthrough stream, whose bytes the
+whether a new timer is needed and when, and whether the stream is over; once it has written
+the bytes it calls `parse_ahead`. Behind `step` sit the stream's `StreamPacer` (parsing, the
+timing model, chunking) and `retimer.timing.emission`'s policy (the send window, keep-alives,
+how early to wake, how far to parse ahead). A passthrough stream, whose bytes the
 shell passes on as they come, is only counted (`passed`, `passed_end`, `passed_abort`).
 
 Bounds are decided here too: a `PlayoutPool` holds the limits (`Settings`), whether the proxy is
@@ -161,7 +162,6 @@ class Playout:
         if due:
             data = due[0].data if len(due) == 1 else b"".join(e.data for e in due)
             self._sent(due, now)
-            pacer.prepare(now + emission.PARSE_AHEAD_S)  # the bytes are out: parse ahead now
         if pacer.done:
             if self._ended:
                 return Step(data, end=End.COMPLETE)
@@ -173,6 +173,18 @@ class Playout:
         if wake is None or not emission.needs_timer(wake, armed):
             return Step(data) if data else _NOTHING
         return Step(data, wake, emission.timer_delay(wake, now))
+
+    def parse_ahead(self, now: float, wake: float | None) -> None:
+        """The shell wrote a step's bytes at `now` (the step asked to wake at `wake`): parse
+        what falls due next now, so tokens do not wait on their parsing when they fall due,
+        and this write did not wait on it either. In a batch once the schedule runs short
+        (`StreamPacer.prepare`), unless the next wake is too close to hold up for one: then
+        only as far as falls due soon, as the stream's wakes go."""
+        until = now + emission.PARSE_AHEAD_S
+        if wake is not None and wake - now < emission.PARSE_BATCH_SLACK_S:
+            self.pacer.prepare(until, until, None)
+        else:
+            self.pacer.prepare(until, now + emission.PARSE_BATCH_S, emission.PARSE_BATCH_STEPS)
 
     def release(self) -> None:
         """The stream is over: its bytes no longer count against the pool."""

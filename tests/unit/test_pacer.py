@@ -444,7 +444,7 @@ class EndOnceAdapter(CountingLineAdapter):
         return super().end()
 
 
-def test_prepare_parses_ahead_one_slice_at_most() -> None:
+def test_prepare_parses_ahead_in_batches_of_one_slice_and_some_steps_at_most() -> None:
     from retimer.timing.backlog import SLICE_BYTES
 
     burst = b"T: word\n" * 10_000
@@ -453,13 +453,19 @@ def test_prepare_parses_ahead_one_slice_at_most() -> None:
     pacer.feed(burst, now=0.01)
     first = pacer.pop_due(pacer.next_due() or 0.0)
     parsed = adapter.parsed
-    pacer.prepare(first[-1].due + 1.0)  # far ahead: still one slice only
+    far = first[-1].due + 1.0
+    pacer.prepare(far, far, 10**6)  # far ahead: still one slice only
     assert 0 < adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1
-    pacer.prepare(0.0)  # nothing falls due by then: nothing parsed
+    queued = pacer.pending
+    pacer.prepare(0.0, float("inf"), 10**6)  # the schedule reaches past 0.0: no batch now
     assert adapter.parsed - parsed <= SLICE_BYTES // len(b"T: word\n") + 1
+    assert pacer.pending == queued
+    pacer.prepare(float("inf"), float("inf"), 5)  # short of it: a batch of 5 steps at most
+    assert adapter.parsed - parsed <= 2 * (SLICE_BYTES // len(b"T: word\n") + 1)
+    assert queued < pacer.pending <= queued + 5
     pacer.finish(now=0.02)  # the upstream's end waits behind the bytes still to parse
     for _ in range(5):
-        pacer.prepare(float("inf"))
+        pacer.prepare(float("inf"), float("inf"), 10**6)
     out = pacer.pop_all()
     assert all(e.due >= first[-1].due for e in out) and sum(e.tokens for e in out) == 9_999
     assert b"".join(e.data for e in first + out) == burst

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from retimer.timing import emission
 from retimer.timing.pacer import StreamPacer
@@ -213,3 +215,42 @@ def test_a_closed_websocket_says_what_it_never_sent() -> None:
 
 def test_a_step_is_a_value() -> None:
     assert Step(b"x") == Step(b"x", None, 0.0, None, "", ())
+
+
+@settings(max_examples=60, deadline=None)
+@given(words=st.lists(st.sampled_from(["the", " quick", " brown", "\\n", " fox", "é", " jumps"]),
+                      min_size=1, max_size=80),
+       per_event=st.integers(1, 5), cut=st.integers(1, 400),
+       tail=st.sampled_from([b"", b"data: [DONE]\n\n", b": keep-alive\n\n" * 30, b"\n\n", b"data: {}\n\n"]),
+       batch_s=st.floats(0.0, 2.0), steps=st.integers(1, 64), gap=st.sampled_from([0.001, 0.01]))
+def test_parsing_ahead_in_batches_never_changes_what_leaves_or_when(
+    words: list[str], per_event: int, cut: int, tail: bytes, batch_s: float, steps: int, gap: float,
+) -> None:
+    """Whatever the batch (how far ahead, how many steps), every step gives the bytes and the
+    timers it gives when nothing is parsed ahead at all (a batch of no steps), to the end."""
+    body = b"".join(event("".join(words[i:i + per_event])) for i in range(0, len(words), per_event)) + tail
+
+    def played(batch_s: float, steps: int) -> list[tuple[bytes, float | None, End | None]]:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(emission, "PARSE_BATCH_S", batch_s)
+            mp.setattr(emission, "PARSE_BATCH_STEPS", steps)
+            playout = paced(ttft=0.05, gap=gap)  # 1 ms: wakes too close for a batch
+            for i in range(0, len(body), cut):
+                playout.feed(body[i:i + cut], 0.001 * i / cut)
+            playout.end(0.01)
+            steps_seen, now, armed = [], 0.0, None
+            while True:
+                step = playout.step(now, armed)
+                steps_seen.append((step.data, step.wake, step.end))
+                if step.end is not None:
+                    return steps_seen
+                if step.data:
+                    playout.parse_ahead(now, step.wake)  # as the shell does, after its write
+                armed = step.wake if step.wake is not None else armed
+                assert armed is not None
+                now, armed = armed, None
+
+    batched = played(batch_s, steps)
+    assert batched == played(0.0, 0)
+    out = b"".join(d for d, _, _ in batched)
+    assert text_of(out) == text_of(body) and out.endswith(tail) and batched[-1][2] is End.COMPLETE

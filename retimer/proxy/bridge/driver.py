@@ -173,6 +173,8 @@ class StreamDriver(Driver):
                 return False
             wake = self.wakeups.pop(cmd)
             step = self._wake(stream, out)
+            if step.data and step.end is None:
+                self.playout.parse_ahead(time.monotonic(), step.wake)  # the bytes are out: parse what is next
             if step.end is not None:
                 self.wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
                 return False
@@ -215,6 +217,8 @@ class StreamDriver(Driver):
         sink = self._layer_sink(stream)
         step = self._wake(stream, sink)
         yield from sink.commands()
+        if step.data and step.end is None:
+            self.playout.parse_ahead(time.monotonic(), step.wake)  # the bytes are out: parse what is next
         if step.end is End.COMPLETE:
             end = self.held_end
             assert end is not None  # COMPLETE comes only after the upstream's end
