@@ -29,6 +29,7 @@ def measure(repeat: int, streams: int) -> dict[str, float]:
 
     from bench.harness import make_openai_stream, prose
     from retimer.profile.settings import ProfileSettings
+    from retimer.timing import emission
     from retimer.timing.pacer import StreamPacer
     from retimer.timing.playout import Playout, PlayoutPool
     from retimer.wire.protocols.openai_chat import OpenAIChatAdapter
@@ -54,7 +55,7 @@ def measure(repeat: int, streams: int) -> dict[str, float]:
                 step = playouts[i].step(now[i], None)
                 emissions += bool(step.data)
                 if step.data and step.end is None:
-                    playouts[i].parse_ahead(now[i], step.wake)  # as the proxy's driver, after its write
+                    playouts[i].parse_ahead(now[i], step.wake, emission.PARSE_BATCH_STEPS)  # as the driver
                 if step.end is not None:
                     live.remove(i)
                 else:

@@ -28,12 +28,24 @@ PARSE_AHEAD_S = 0.05  # after a write, once the pacer has parsed no further than
 PARSE_BATCH_S = 0.5  # it parses this far ahead in one batch (Playout.parse_ahead),
 PARSE_BATCH_STEPS = 32  # at most this many network events (about 0.25 ms of CPU warm),
 PARSE_BATCH_SLACK_S = 0.004  # when its next wake is at least this far off (a slower stream)
+PARSE_BATCH_LATE_S = 0.002  # and its timer fired no later than this (the loop is not behind)
 
 
 def to_send(pacer: StreamPacer, now: float, draining: bool) -> list[Emission]:
     """What leaves on a wake at `now`: what is due within the window, or, while the proxy
     drains, everything the pacer holds."""
     return pacer.flush(now) if draining else pacer.pop_due(now + WINDOW_S)
+
+
+def batch_steps(late: float, sharing: int) -> int:
+    """How many steps a stream may parse ahead in one batch after its write (see
+    `Playout.parse_ahead`), woken `late` seconds after its timer's time with `sharing` streams
+    on the same timer: none while the loop runs behind (the work would hold up writes that are
+    due, a burst of new streams' first tokens above all), else PARSE_BATCH_STEPS shared by the
+    streams of the loop turn, so a turn's batches stay under a millisecond."""
+    if late > PARSE_BATCH_LATE_S:
+        return 0
+    return PARSE_BATCH_STEPS // max(1, sharing)
 
 
 def keepalive_due(now: float, last_send: float, keepalive_s: float) -> bool:

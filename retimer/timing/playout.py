@@ -174,17 +174,18 @@ class Playout:
             return Step(data) if data else _NOTHING
         return Step(data, wake, emission.timer_delay(wake, now))
 
-    def parse_ahead(self, now: float, wake: float | None) -> None:
+    def parse_ahead(self, now: float, wake: float | None, steps: int) -> None:
         """The shell wrote a step's bytes at `now` (the step asked to wake at `wake`): parse
         what falls due next now, so tokens do not wait on their parsing when they fall due,
-        and this write did not wait on it either. In a batch once the schedule runs short
-        (`StreamPacer.prepare`), unless the next wake is too close to hold up for one: then
-        only as far as falls due soon, as the stream's wakes go."""
+        and this write did not wait on it either. In a batch of up to `steps` steps once the
+        schedule runs short (`StreamPacer.prepare`; the shell asks `emission.batch_steps`),
+        unless that is under two or the next wake too close to hold up for one: then only as
+        far as falls due soon, as the stream's wakes go."""
         until = now + emission.PARSE_AHEAD_S
-        if wake is not None and wake - now < emission.PARSE_BATCH_SLACK_S:
+        if steps < 2 or (wake is not None and wake - now < emission.PARSE_BATCH_SLACK_S):
             self.pacer.prepare(until, until, None)
         else:
-            self.pacer.prepare(until, now + emission.PARSE_BATCH_S, emission.PARSE_BATCH_STEPS)
+            self.pacer.prepare(until, now + emission.PARSE_BATCH_S, steps)
 
     def release(self) -> None:
         """The stream is over: its bytes no longer count against the pool."""

@@ -23,11 +23,13 @@ class Stream:
         self.routes: list[Any] | None = None
         self.wakeups: dict[PacingWakeup, float] = {}
         self.woken: list[tuple[float, float]] = []  # (when, due)
+        self.batches: list[int] = []  # the parse-ahead steps each wake was allowed
         self.fail = fail
 
-    def wake_direct(self, cmd: PacingWakeup) -> bool:
+    def wake_direct(self, cmd: PacingWakeup, batch: int = 0) -> bool:
         due = self.wakeups.pop(cmd)
         self.woken.append((time.monotonic(), due))
+        self.batches.append(batch)
         if self.fail:
             raise RuntimeError("a bug in one stream")
         return True
@@ -84,3 +86,24 @@ def test_a_failing_wake_is_reported_and_the_rest_of_its_group_wakes() -> None:
     assert timers.shared == 2  # one timer for the three
     assert [len(s.woken) for s in streams] == [1, 1, 1]
     assert [str(e["exception"]) for e in errors] == ["a bug in one stream"]
+
+
+def test_the_streams_of_a_timer_share_one_parse_batch_and_a_late_timer_gives_none() -> None:
+    """Each stream a timer wakes may parse ahead `emission.batch_steps` of the turn: the
+    turn's share when the timer fired in time (on a loaded machine it may not have: then
+    none, for all alike), and none when the loop was held up past its time."""
+    together = [Stream() for _ in range(4)]
+    timers, errors = run([(s, 0.015) for s in together])
+    assert not errors and timers.shared == 3
+    (batch,) = {b for s in together for b in s.batches}  # one value for the turn
+    assert batch in (emission.PARSE_BATCH_STEPS // 4, 0)
+    held = Stream()
+
+    async def go() -> None:
+        timers = DirectTimers(original_wakeup, SimpleNamespace(draining=False))  # type: ignore[arg-type]
+        arm(timers, held, time.monotonic() + 0.010)
+        time.sleep(0.030)  # the loop is busy past the timer's time
+        await asyncio.sleep(0.02)
+
+    asyncio.run(go())
+    assert held.batches == [0]

@@ -109,3 +109,12 @@ def test_wakes_within_one_grid_step_share_a_timer_and_the_next_step_has_its_own(
     assert emission.shared_timer_at(at + WINDOW_S) == at
     assert emission.shared_timer_at(at + EARLY_S + 1e-7) == at
     assert emission.shared_timer_at(at + WINDOW_S + 1e-6) == pytest.approx(at + step)
+
+
+def test_a_turns_parse_batch_is_shared_by_its_streams_and_none_when_the_loop_is_behind() -> None:
+    steps = emission.PARSE_BATCH_STEPS
+    assert emission.batch_steps(0.0, 1) == steps
+    assert emission.batch_steps(0.0005, 4) == steps // 4
+    assert emission.batch_steps(0.0, 10 * steps) == 0  # a crowded turn: what falls due soon only
+    assert emission.batch_steps(emission.PARSE_BATCH_LATE_S, 1) == steps
+    assert emission.batch_steps(emission.PARSE_BATCH_LATE_S + 0.0001, 1) == 0

@@ -227,13 +227,13 @@ def test_parsing_ahead_in_batches_never_changes_what_leaves_or_when(
     words: list[str], per_event: int, cut: int, tail: bytes, batch_s: float, steps: int, gap: float,
 ) -> None:
     """Whatever the batch (how far ahead, how many steps), every step gives the bytes and the
-    timers it gives when nothing is parsed ahead at all (a batch of no steps), to the end."""
+    timers it gives when nothing is parsed ahead at all, and when only what falls due soon is
+    (a batch of no steps), to the end."""
     body = b"".join(event("".join(words[i:i + per_event])) for i in range(0, len(words), per_event)) + tail
 
-    def played(batch_s: float, steps: int) -> list[tuple[bytes, float | None, End | None]]:
+    def played(batch_s: float, steps: int | None) -> list[tuple[bytes, float | None, End | None]]:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(emission, "PARSE_BATCH_S", batch_s)
-            mp.setattr(emission, "PARSE_BATCH_STEPS", steps)
             playout = paced(ttft=0.05, gap=gap)  # 1 ms: wakes too close for a batch
             for i in range(0, len(body), cut):
                 playout.feed(body[i:i + cut], 0.001 * i / cut)
@@ -244,13 +244,13 @@ def test_parsing_ahead_in_batches_never_changes_what_leaves_or_when(
                 steps_seen.append((step.data, step.wake, step.end))
                 if step.end is not None:
                     return steps_seen
-                if step.data:
-                    playout.parse_ahead(now, step.wake)  # as the shell does, after its write
+                if step.data and steps is not None:
+                    playout.parse_ahead(now, step.wake, steps)  # as the shell does, after its write
                 armed = step.wake if step.wake is not None else armed
                 assert armed is not None
                 now, armed = armed, None
 
     batched = played(batch_s, steps)
-    assert batched == played(0.0, 0)
+    assert batched == played(0.0, None) == played(0.0, 0)
     out = b"".join(d for d, _, _ in batched)
     assert text_of(out) == text_of(body) and out.endswith(tail) and batched[-1][2] is End.COMPLETE

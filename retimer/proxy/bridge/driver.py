@@ -156,11 +156,12 @@ class StreamDriver(Driver):
             yield from self._play(stream)
         # else: a stale wakeup
 
-    def wake_direct(self, cmd: PacingWakeup) -> bool:
+    def wake_direct(self, cmd: PacingWakeup, batch: int = 0) -> bool:
         """A due wakeup from the bridge's timers, handled without mitmproxy's layers when all it
         does is write body bytes; False: deliver it the ordinary way (the stream's end, a
         broken upstream, a connection `client_writer` does not write). A bug here is logged
-        once and the stream goes on the ordinary way. (The hot path: one wake per write.)"""
+        once and the stream goes on the ordinary way. (The hot path: one wake per write.)
+        `batch`: the steps it may parse ahead after its write (`emission.batch_steps`)."""
         wake: float | None = None
         try:
             stream = self.stream
@@ -174,7 +175,7 @@ class StreamDriver(Driver):
             wake = self.wakeups.pop(cmd)
             step = self._wake(stream, out)
             if step.data and step.end is None:
-                self.playout.parse_ahead(time.monotonic(), step.wake)  # the bytes are out: parse what is next
+                self.playout.parse_ahead(time.monotonic(), step.wake, batch)  # the bytes are out
             if step.end is not None:
                 self.wakeups[cmd] = wake  # the end goes the ordinary way, with this wakeup
                 return False
@@ -218,7 +219,7 @@ class StreamDriver(Driver):
         step = self._wake(stream, sink)
         yield from sink.commands()
         if step.data and step.end is None:
-            self.playout.parse_ahead(time.monotonic(), step.wake)  # the bytes are out: parse what is next
+            self.playout.parse_ahead(time.monotonic(), step.wake, 0)  # out: what falls due soon
         if step.end is End.COMPLETE:
             end = self.held_end
             assert end is not None  # COMPLETE comes only after the upstream's end

@@ -43,7 +43,7 @@ class TimedStream(Protocol):
     routes: list[Route] | None
     wakeups: dict[PacingWakeup, float]
 
-    def wake_direct(self, cmd: PacingWakeup) -> bool: ...
+    def wake_direct(self, cmd: PacingWakeup, batch: int = 0) -> bool: ...
 
 
 class PacingWakeup(commands.RequestWakeup):
@@ -109,14 +109,16 @@ class DirectTimers:
 
     def _fire_group(self, at: float, group: TimerGroup) -> None:
         del self._groups[at]
-        for paced, cmd in group.entries:
+        entries = group.entries
+        batch = emission.batch_steps(time.monotonic() - at, len(entries))
+        for paced, cmd in entries:
             try:  # one stream's failure must not keep the others asleep
-                self._fire(paced, cmd)
+                self._fire(paced, cmd, batch)
             except Exception as e:
                 asyncio.get_running_loop().call_exception_handler(
                     {"message": "retimer: a paced stream's wakeup failed", "exception": e})
 
-    def _fire(self, paced: TimedStream, cmd: PacingWakeup) -> None:
+    def _fire(self, paced: TimedStream, cmd: PacingWakeup, batch: int = 0) -> None:
         wake = paced.wakeups.get(cmd)
         if paced.finished or wake is None:
             return
@@ -130,7 +132,7 @@ class DirectTimers:
         assert handler is not None  # armed only once known
         lock = handler._server_event_lock
         busy = lock.locked() or bool(lock._waiters)
-        if not busy and paced.wake_direct(cmd):
+        if not busy and paced.wake_direct(cmd, batch):
             self.written += 1
             return
         for layer, child in paced.routes or ():  # as the command would have registered on its way up
