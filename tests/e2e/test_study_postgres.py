@@ -256,7 +256,10 @@ def test_instances_idle_through_an_outage_answer_their_first_calls_after_it(
             lines = records(a, b)
             err = a.stderr() + b.stderr()
     assert [code for code, _ in answers] == [200] * 4, answers
-    assert max(s for _, s in answers[:2]) < 3.0, answers  # no 4 s wait for a dead connection
+    # answered at once: no wait for a dead connection (a connect timeout is 3 s, the state's
+    # wait 4 s) beyond what a call after it takes, whose reply plays as long (a slow
+    # condition's 1.5-2.5 s, more on a loaded machine)
+    assert max(s for _, s in answers[:2]) < max(s for _, s in answers[2:]) + 2.0, answers
     for who in ("P1", "P2"):
         streams = sorted((x for x in lines if "type" not in x and x["participant"] == who),
                          key=lambda x: x["unit"])
